@@ -1,0 +1,114 @@
+// Package engine holds pcon's execution engines. An engine only runs work:
+// it never decides what runs next, never touches offsets and never talks to
+// Kafka. The control plane hands it tasks it has capacity for and gets one
+// Completion back per task through a Sink.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// TP names a topic partition.
+type TP struct {
+	Topic     string
+	Partition int32
+}
+
+// Task is one record handed to an engine. Payload is opaque to the engine
+// and given back unchanged to the Runner and in the Completion.
+type Task struct {
+	TP      TP
+	Offset  int64
+	Epoch   uint64
+	Size    int // bytes, for batch size limits
+	Payload any
+}
+
+// Completion reports the outcome of one Task.
+type Completion struct {
+	Task    Task
+	Err     error
+	Elapsed time.Duration
+}
+
+// Runner executes tasks and returns nil when all of them succeeded, or one
+// error per task (nil for the ones that succeeded). The per-record engine
+// always passes one task; the batch engine passes many.
+type Runner func(ctx context.Context, tasks []Task) []error
+
+// Sink receives completions. Engines call it from their own goroutines,
+// never from within Submit, and never while holding an internal lock, so a
+// Sink may take the caller's locks.
+type Sink func([]Completion)
+
+// Engine is the contract every execution engine meets; the contract suite
+// in enginetest checks it.
+//
+//   - Submit never blocks on the work itself; every accepted task yields
+//     exactly one Completion, later, through the Sink.
+//   - InFlight counts accepted tasks whose Completion has not been
+//     delivered. It is informational: the control plane keeps its own count
+//     and never decides on this one.
+//   - Close stops accepting tasks, starts whatever is queued, and waits for
+//     running work until ctx ends; then it cancels the handlers' context and
+//     returns ctx's error. Close is idempotent.
+type Engine interface {
+	Submit(Task) error
+	InFlight() int
+	Close(ctx context.Context) error
+}
+
+// ErrClosed is returned by Submit after Close.
+var ErrClosed = errors.New("engine: closed")
+
+// ErrFull is returned by Submit when the caller exceeded the capacity it
+// promised to respect.
+var ErrFull = errors.New("engine: over capacity")
+
+// PanicError is the error a task gets when its handler panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.Value) }
+
+// invoke runs run and turns a panic or a malformed answer into one error
+// per task, so a broken handler can never take the consumer down.
+func invoke(ctx context.Context, run Runner, tasks []Task) (errs []error, elapsed time.Duration) {
+	start := time.Now()
+	defer func() {
+		elapsed = time.Since(start)
+		if r := recover(); r != nil {
+			errs = fill(len(tasks), &PanicError{Value: r, Stack: debug.Stack()})
+		}
+	}()
+	errs = run(ctx, tasks)
+	if errs != nil && len(errs) != len(tasks) {
+		errs = fill(len(tasks), fmt.Errorf("engine: runner returned %d errors for %d tasks", len(errs), len(tasks)))
+	}
+	return errs, time.Since(start)
+}
+
+func fill(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+func completions(tasks []Task, errs []error, elapsed time.Duration) []Completion {
+	out := make([]Completion, len(tasks))
+	for i, t := range tasks {
+		out[i] = Completion{Task: t, Elapsed: elapsed}
+		if errs != nil {
+			out[i].Err = errs[i]
+		}
+	}
+	return out
+}
