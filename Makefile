@@ -1,0 +1,28 @@
+# Commerce event pipeline. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Tests get a real PostgreSQL and Redis from scripts/testenv.sh.
+TESTENV := eval "$$(scripts/testenv.sh)"
+TEST_TIMEOUT ?= 30m
+
+.PHONY: help test test-short lint migrate bench run-api
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+test: ## run every test (with -race) against real PostgreSQL, Redis and an in-process Kafka
+	@$(TESTENV) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+lint: ## go vet and staticcheck
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+migrate: ## apply the schema migrations to DATABASE_URL
+	$(GO) run ./cmd/migrate
+
+bench: ## run the benchmarks; each prints its baseline and ratio
+	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
+
+run-api: ## run commerce-api (needs DATABASE_URL)
+	$(GO) run ./services/commerce-api
