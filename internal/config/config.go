@@ -1,0 +1,177 @@
+// Package config reads a service's settings from the environment. A Loader
+// collects every problem instead of stopping at the first, and each error
+// names the variable, so a misconfigured service says everything wrong with
+// it in one start-up error.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Var describes one variable a Loader read.
+type Var struct {
+	Name     string
+	Default  string // "" when there is none
+	Required bool
+}
+
+// Loader reads variables through a lookup function (os.LookupEnv in services,
+// a map in tests).
+type Loader struct {
+	lookup func(string) (string, bool)
+	errs   []error
+	vars   []Var
+}
+
+// New returns a Loader reading through lookup.
+func New(lookup func(string) (string, bool)) *Loader {
+	return &Loader{lookup: lookup}
+}
+
+// FromMap returns a lookup function over m, for tests.
+func FromMap(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// Err returns every problem found so far, joined, or nil.
+func (l *Loader) Err() error { return errors.Join(l.errs...) }
+
+// Vars lists the variables read, in order.
+func (l *Loader) Vars() []Var { return append([]Var(nil), l.vars...) }
+
+// Fail records a problem with a variable found by the caller's own checks.
+func (l *Loader) Fail(name, format string, args ...any) {
+	l.errs = append(l.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+}
+
+func (l *Loader) get(name, def string, required bool) (string, bool) {
+	l.vars = append(l.vars, Var{Name: name, Default: def, Required: required})
+	v, ok := l.lookup(name)
+	v = strings.TrimSpace(v)
+	if !ok || v == "" {
+		if required {
+			l.Fail(name, "is required")
+		}
+		return def, false
+	}
+	return v, true
+}
+
+// String returns the variable, or def when it is unset or empty.
+func (l *Loader) String(name, def string) string {
+	v, _ := l.get(name, def, false)
+	return v
+}
+
+// Required returns the variable and records an error when it is unset.
+func (l *Loader) Required(name string) string {
+	v, _ := l.get(name, "", true)
+	return v
+}
+
+// URL returns a required variable that must parse as a URL with one of the
+// given schemes.
+func (l *Loader) URL(name string, schemes ...string) string {
+	v, ok := l.get(name, "", true)
+	if !ok {
+		return v
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" && u.Opaque == "" {
+		l.Fail(name, "must be a URL, got %q", redact(v))
+		return v
+	}
+	for _, s := range schemes {
+		if u.Scheme == s {
+			return v
+		}
+	}
+	l.Fail(name, "scheme must be one of %s, got %q", strings.Join(schemes, ", "), u.Scheme)
+	return v
+}
+
+// Duration returns a positive duration such as "5s" or "1m30s".
+func (l *Loader) Duration(name string, def time.Duration) time.Duration {
+	v, ok := l.get(name, def.String(), false)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		l.Fail(name, "must be a duration such as 5s or 1m, got %q", v)
+		return def
+	}
+	if d <= 0 {
+		l.Fail(name, "must be positive, got %s", v)
+		return def
+	}
+	return d
+}
+
+// PositiveInt returns an integer ≥ 1.
+func (l *Loader) PositiveInt(name string, def int) int {
+	v, ok := l.get(name, strconv.Itoa(def), false)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		l.Fail(name, "must be an integer, got %q", v)
+		return def
+	}
+	if n <= 0 {
+		l.Fail(name, "must be positive, got %d", n)
+		return def
+	}
+	return n
+}
+
+// List returns a comma-separated list without empty items, or def. When
+// allowed is non-empty every item must be one of it.
+func (l *Loader) List(name string, def []string, allowed ...string) []string {
+	v, ok := l.get(name, strings.Join(def, ","), false)
+	if !ok {
+		return def
+	}
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if len(allowed) > 0 && !contains(allowed, item) {
+			l.Fail(name, "unknown item %q; allowed: %s", item, strings.Join(allowed, ", "))
+			continue
+		}
+		out = append(out, item)
+	}
+	if len(out) == 0 {
+		l.Fail(name, "must list at least one item")
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// redact hides a password in a URL so that an error may be logged.
+func redact(v string) string {
+	if u, err := url.Parse(v); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return v
+}

@@ -1,0 +1,101 @@
+// Package httpserver holds the HTTP plumbing every service shares: a server
+// with timeouts, graceful shutdown, and the operational endpoints /healthz,
+// /readyz and /metrics.
+package httpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ShutdownTimeout bounds how long in-flight requests may take to finish once
+// shutdown starts.
+const ShutdownTimeout = 10 * time.Second
+
+// New returns a server for h with read-header, read, write and idle timeouts,
+// so slow or stuck clients cannot hold connections forever.
+func New(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+}
+
+// Serve listens on srv.Addr and serves until ctx ends, then stops accepting
+// connections and waits up to ShutdownTimeout for in-flight requests. ready,
+// when not nil, receives the bound address once the listener is open (useful
+// with port 0).
+func Serve(ctx context.Context, logger *slog.Logger, srv *http.Server, ready chan<- string) error {
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", srv.Addr, err)
+	}
+	logger.Info("http server listening", "addr", ln.Addr().String())
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", srv.Addr, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down %s: %w", srv.Addr, err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Check is a readiness probe: nil when the dependency is usable.
+type Check func(ctx context.Context) error
+
+// Ops registers /healthz (the process is alive), /readyz (every check
+// passes) and /metrics (the registry's collectors) on mux.
+func Ops(mux interface {
+	Handle(pattern string, h http.Handler)
+}, reg *prometheus.Registry, checks map[string]Check) {
+	mux.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}))
+	mux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		status, failed := http.StatusOK, map[string]string{}
+		for name, check := range checks {
+			if err := check(ctx); err != nil {
+				status, failed[name] = http.StatusServiceUnavailable, err.Error()
+			}
+		}
+		if status != http.StatusOK {
+			writeJSON(w, status, map[string]any{"status": "unavailable", "failed": failed})
+			return
+		}
+		writeJSON(w, status, map[string]string{"status": "ready"})
+	}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
