@@ -50,23 +50,44 @@ func DatabaseURL(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := admin(t)
+	url, drop, err := NewDatabase(ctx)
+	if err != nil {
+		t.Fatalf("testenv: %v\nRun the tests with `make test` (it provides PostgreSQL), or set TEST_DATABASE_URL.", err)
+	}
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return url
+}
+
+// NewDatabase is DatabaseURL for programs that are not tests, such as
+// benchmark commands: it returns the URL of a fresh migrated database and a
+// function that drops it.
+func NewDatabase(ctx context.Context) (url string, drop func() error, err error) {
+	adminOnce.Do(func() { adminURL, adminErr = findPostgres() })
+	if adminErr != nil {
+		return "", nil, fmt.Errorf("no PostgreSQL: %w", adminErr)
+	}
+	admin := adminURL
 	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx, admin) })
 	if templateErr != nil {
-		t.Fatalf("testenv: migrate the template database: %v", templateErr)
+		return "", nil, fmt.Errorf("migrate the template database: %w", templateErr)
 	}
 	name := "t_" + randomHex(8)
 	if err := exec(ctx, admin, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, templateName)); err != nil {
-		t.Fatalf("testenv: create database: %v", err)
+		return "", nil, fmt.Errorf("create database: %w", err)
 	}
-	t.Cleanup(func() {
+	drop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := exec(ctx, admin, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name)); err != nil {
-			t.Errorf("testenv: drop database %s: %v", name, err)
+			return fmt.Errorf("drop database %s: %w", name, err)
 		}
-	})
-	return withDatabase(admin, name)
+		return nil
+	}
+	return withDatabase(admin, name), drop, nil
 }
 
 // AdminURL returns the URL of the server's maintenance database, for tests
