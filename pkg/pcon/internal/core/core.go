@@ -1,0 +1,500 @@
+// Package core is pcon's control plane: it owns every decision about which
+// record runs next, when a record counts as complete, what offset may be
+// committed, and when fetching pauses. It never knows which engine runs the
+// work; engines are reached only through Deps.Submit and report back through
+// Complete.
+//
+// Concurrency: every method is safe for concurrent use. One mutex guards all
+// state; Deps callbacks other than DeadLetter are invoked with it held and
+// must not call back into Core.
+package core
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/offsets"
+)
+
+// Ordering says which records must not run at the same time.
+type Ordering int
+
+// Orderings.
+const (
+	ByKey       Ordering = iota // one record per key at a time
+	ByPartition                 // one record per partition at a time
+	None                        // no ordering
+)
+
+// ResumeRatio is the fraction of MaxInFlight the load must fall to before
+// fetching resumes. The gap between pausing at 100 % and resuming at 70 %
+// keeps the consumer from flapping between the two on every completion.
+const ResumeRatio = 0.7
+
+// Config tunes the control plane.
+type Config struct {
+	MaxInFlight    int
+	Ordering       Ordering
+	OrderEmptyKeys bool // in ByKey, run records without a key as one key instead of unordered
+	MaxAttempts    int
+	Backoff        func(attempt int) time.Duration // wait after the attempt-th failure
+	MetadataLimit  int
+}
+
+// Deps are the control plane's effects on the world.
+type Deps struct {
+	// Submit hands a task to the engine. Called with the lock held.
+	Submit func(engine.Task) error
+	// SetPaused pauses or resumes fetching. Called with the lock held.
+	SetPaused func(paused bool)
+	// DeadLetter publishes a record that exhausted its attempts. It runs on
+	// its own goroutine without the lock and may block.
+	DeadLetter func(ctx context.Context, payload any, cause error, attempts int) error
+	// Permanent reports errors that must not be retried.
+	Permanent func(error) bool
+	// AfterFunc schedules retries; nil means time.AfterFunc.
+	AfterFunc func(time.Duration, func())
+	Logger    *slog.Logger
+}
+
+// Item is one received record as the control plane sees it.
+type Item struct {
+	Offset  int64
+	Key     string
+	Size    int
+	Payload any
+}
+
+// Core is the control plane.
+type Core struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+
+	ctx    context.Context // ends on Close; stops dead-letter retries
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // dead-letter goroutines
+
+	mu       sync.Mutex
+	closed   bool
+	parts    map[engine.TP]*part
+	order    []*part // round-robin order
+	rr       int
+	epochs   map[engine.TP]uint64
+	zombies  map[engine.TP]int // tasks of revoked assignments still running
+	inflight int               // tasks with the engine or the dead-letter publisher
+	queued   int               // received, waiting for their turn
+	waiting  int               // failed, waiting for a retry
+	paused   bool
+	stats    map[engine.TP]*Counters
+	latency  map[string]*Histogram
+}
+
+// New returns a control plane.
+func New(cfg Config, deps Deps) *Core {
+	if deps.AfterFunc == nil {
+		deps.AfterFunc = func(d time.Duration, f func()) { time.AfterFunc(d, f) }
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MetadataLimit == 0 {
+		cfg.MetadataLimit = offsets.MaxMetadata
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Core{
+		cfg: cfg, deps: deps, log: deps.Logger,
+		ctx: ctx, cancel: cancel,
+		parts:   make(map[engine.TP]*part),
+		epochs:  make(map[engine.TP]uint64),
+		zombies: make(map[engine.TP]int),
+		stats:   make(map[engine.TP]*Counters),
+		latency: make(map[string]*Histogram),
+	}
+}
+
+// Assign starts a new assignment epoch for tp at the committed offset start.
+// meta is the committed metadata; completed offsets it records are skipped.
+// Metadata that pcon did not write, or that belongs to another offset, is
+// ignored with a log line: the cost is reprocessing, never loss.
+func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
+	var hydrated []int64
+	if meta != "" {
+		base, done, err := offsets.Decode(meta)
+		switch {
+		case err != nil:
+			c.log.Info("pcon: ignoring commit metadata", "topic", tp.Topic, "partition", tp.Partition, "error", err)
+		case base != start:
+			c.log.Info("pcon: ignoring commit metadata written for another offset",
+				"topic", tp.Topic, "partition", tp.Partition, "committed", start, "metadata_offset", base)
+		default:
+			hydrated = done
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.parts[tp]; old != nil {
+		c.removeLocked(old)
+	}
+	c.epochs[tp]++
+	p := newPart(tp, c.epochs[tp], offsets.NewTracker(start, hydrated))
+	c.parts[tp] = p
+	c.order = append(c.order, p)
+	c.countersLocked(tp)
+	return p.epoch
+}
+
+// Add queues received records of tp's assignment epoch, in offset order.
+// logEnd is the partition's log end offset as last seen by the fetcher.
+func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[tp]
+	if p == nil || p.epoch != epoch || p.revoking {
+		return
+	}
+	p.logEnd = logEnd
+	for _, in := range items {
+		accepted, done := p.tr.Add(in.Offset)
+		if !accepted {
+			continue
+		}
+		if done {
+			p.counters.Skipped++
+			continue
+		}
+		it := &item{off: in.Offset, size: in.Size, payload: in.Payload, p: p}
+		c.route(p, it, in.Key)
+	}
+	p.noteBlocking()
+	c.dispatchLocked()
+}
+
+// route puts it behind earlier records of its lane, or makes it ready.
+func (c *Core) route(p *part, it *item, key string) {
+	p.queued++
+	c.queued++
+	switch {
+	case c.cfg.Ordering == ByPartition:
+		it.lane = p.laneFor("")
+	case c.cfg.Ordering == ByKey && (key != "" || c.cfg.OrderEmptyKeys):
+		it.lane = p.laneFor(key)
+	}
+	if it.lane != nil && it.lane.busy {
+		it.lane.queue.push(it)
+		return
+	}
+	if it.lane != nil {
+		it.lane.busy = true
+	}
+	p.ready.push(it)
+}
+
+// dispatchLocked hands ready records to the engine while capacity lasts.
+// Records at a partition's blocking offset go first, because they hold the
+// commit back; then partitions take turns, each giving its lowest ready
+// offset. Both passes start where the previous dispatch stopped, so no
+// partition starves, and lanes are FIFO, so no key starves.
+func (c *Core) dispatchLocked() {
+	defer c.gateLocked()
+	if c.closed {
+		return
+	}
+	blocking := func(p *part) bool {
+		b, ok := p.tr.Blocking()
+		return ok && p.ready[0].off == b
+	}
+	c.roundRobin(blocking)
+	c.roundRobin(func(*part) bool { return true })
+}
+
+// roundRobin dispatches, one record per partition per round, from the
+// partitions whose lowest ready record satisfies want.
+func (c *Core) roundRobin(want func(*part) bool) {
+	for c.inflight < c.cfg.MaxInFlight {
+		progressed := false
+		for n := len(c.order); n > 0 && c.inflight < c.cfg.MaxInFlight; n-- {
+			c.rr = (c.rr + 1) % len(c.order)
+			p := c.order[c.rr]
+			if c.dispatchable(p) && len(p.ready) > 0 && want(p) {
+				c.startLocked(p)
+				progressed = true
+			}
+		}
+		if !progressed {
+			return
+		}
+	}
+}
+
+func (c *Core) dispatchable(p *part) bool {
+	// Tasks of an earlier assignment of the same partition may still be
+	// running; starting this assignment's records now could run two records
+	// of one key at once.
+	return !p.revoking && c.zombies[p.tp] == 0
+}
+
+func (c *Core) startLocked(p *part) {
+	it := p.ready.pop()
+	it.attempts++
+	t := engine.Task{TP: p.tp, Offset: it.off, Epoch: p.epoch, Size: it.size, Payload: it}
+	if err := c.deps.Submit(t); err != nil {
+		// Only a closed engine refuses work; the record stays incomplete
+		// and is redelivered to the next owner.
+		it.attempts--
+		p.ready.push(it)
+		c.closed = true
+		c.log.Warn("pcon: engine refused a task", "error", err)
+		return
+	}
+	p.queued--
+	c.queued--
+	p.inflight++
+	c.inflight++
+}
+
+// gateLocked applies backpressure with hysteresis.
+func (c *Core) gateLocked() {
+	load := c.inflight + c.queued + c.waiting
+	switch {
+	case !c.paused && load >= c.cfg.MaxInFlight:
+		c.paused = true
+		c.deps.SetPaused(true)
+	case c.paused && load <= int(float64(c.cfg.MaxInFlight)*ResumeRatio):
+		c.paused = false
+		c.deps.SetPaused(false)
+	}
+}
+
+// Paused reports whether fetching is paused by backpressure.
+func (c *Core) Paused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
+}
+
+// Complete takes the engine's completions.
+func (c *Core) Complete(cs []engine.Completion) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cp := range cs {
+		it := cp.Task.Payload.(*item)
+		c.latencyLocked(cp.Task.TP.Topic).Observe(cp.Elapsed)
+		if !c.currentLocked(cp.Task) {
+			c.settleStaleLocked(cp.Task.TP)
+			continue
+		}
+		p := it.p
+		if cp.Err == nil {
+			p.counters.Processed++
+			c.settleLocked(p, it, true)
+			continue
+		}
+		it.err = cp.Err
+		if (c.deps.Permanent != nil && c.deps.Permanent(cp.Err)) || it.attempts >= c.cfg.MaxAttempts {
+			c.deadLetterLocked(cp.Task, it)
+			continue
+		}
+		p.counters.Retried++
+		c.log.Debug("pcon: handler failed, will retry", "topic", p.tp.Topic, "partition", p.tp.Partition,
+			"offset", it.off, "attempt", it.attempts, "error", cp.Err)
+		p.inflight--
+		c.inflight--
+		p.waiting++
+		c.waiting++
+		p.signalDrained()
+		c.deps.AfterFunc(c.cfg.Backoff(it.attempts), func() { c.retry(p, it) })
+	}
+	c.dispatchLocked()
+}
+
+func (c *Core) retry(p *part, it *item) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p.removed {
+		return
+	}
+	p.waiting--
+	c.waiting--
+	p.queued++
+	c.queued++
+	// The lane is still held by it, so it goes straight back to ready.
+	p.ready.push(it)
+	c.dispatchLocked()
+}
+
+func (c *Core) currentLocked(t engine.Task) bool {
+	p := c.parts[t.TP]
+	return p != nil && p.epoch == t.Epoch
+}
+
+// settleStaleLocked accounts for a task of an assignment that is gone: its
+// outcome is discarded, it is the new owner's to redo.
+func (c *Core) settleStaleLocked(tp engine.TP) {
+	c.inflight--
+	c.zombies[tp]--
+	if c.zombies[tp] <= 0 {
+		delete(c.zombies, tp)
+	}
+	c.countersLocked(tp).StaleDropped++
+}
+
+// settleLocked ends a task of the current assignment. done means the record
+// is complete (handled or dead-lettered); otherwise it stays incomplete and
+// its offset is never committed.
+func (c *Core) settleLocked(p *part, it *item, done bool) {
+	p.inflight--
+	c.inflight--
+	if done {
+		p.tr.Complete(it.off)
+		p.noteBlocking()
+		if l := it.lane; l != nil {
+			if next := l.queue.pop(); next != nil {
+				p.ready.push(next)
+			} else {
+				l.busy = false
+				p.dropLane(l)
+			}
+		}
+	}
+	p.signalDrained()
+}
+
+func (c *Core) deadLetterLocked(t engine.Task, it *item) {
+	c.bg.Add(1)
+	go func() {
+		defer c.bg.Done()
+		for failures := 1; ; failures++ {
+			err := c.deps.DeadLetter(c.ctx, it.payload, it.err, it.attempts)
+			c.mu.Lock()
+			current := c.currentLocked(t)
+			switch {
+			case !current:
+				c.settleStaleLocked(t.TP)
+			case err == nil:
+				it.p.counters.DeadLettered++
+				c.settleLocked(it.p, it, true)
+			default:
+				it.p.counters.DLTFailures++
+			}
+			if !current || err == nil {
+				c.dispatchLocked()
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			c.log.Error("pcon: dead-letter publish failed; the record stays uncommitted",
+				"topic", t.TP.Topic, "partition", t.TP.Partition, "offset", t.Offset, "error", err)
+			select {
+			case <-c.ctx.Done():
+				c.mu.Lock()
+				if c.currentLocked(t) {
+					c.settleLocked(it.p, it, false)
+				} else {
+					c.settleStaleLocked(t.TP)
+				}
+				c.mu.Unlock()
+				return
+			case <-time.After(c.cfg.Backoff(failures)):
+			}
+		}
+	}()
+}
+
+// Commit is an offset to commit with its metadata.
+type Commit struct {
+	TP       engine.TP
+	Epoch    uint64
+	Offset   int64
+	Metadata string
+}
+
+// Commits returns the committable offset of every current assignment.
+func (c *Core) Commits() []Commit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Commit, 0, len(c.order))
+	for _, p := range c.order {
+		out = append(out, c.commitLocked(p))
+	}
+	return out
+}
+
+func (c *Core) commitLocked(p *part) Commit {
+	off := p.tr.Committable()
+	if off != p.lastCommit.Offset || p.tr.Gap() != p.lastGap || p.lastCommit.Epoch == 0 {
+		p.scratch = p.tr.CompletedAbove(p.scratch[:0])
+		meta, kept := offsets.Encode(off, p.scratch, c.cfg.MetadataLimit)
+		if kept < len(p.scratch) {
+			c.log.Debug("pcon: commit metadata truncated", "topic", p.tp.Topic, "partition", p.tp.Partition,
+				"completed", len(p.scratch), "kept", kept)
+		}
+		p.lastCommit = Commit{TP: p.tp, Epoch: p.epoch, Offset: off, Metadata: meta}
+		p.lastGap = p.tr.Gap()
+	}
+	return p.lastCommit
+}
+
+// Revoke ends tp's assignment epoch: nothing more of it is dispatched, its
+// running tasks get up to grace to finish, and the offset to commit is
+// returned. Tasks still running after grace become stale: their results are
+// discarded, and their records are redone by the next owner.
+func (c *Core) Revoke(tp engine.TP, epoch uint64, grace time.Duration) (Commit, bool) {
+	c.mu.Lock()
+	p := c.parts[tp]
+	if p == nil || p.epoch != epoch {
+		c.mu.Unlock()
+		return Commit{}, false
+	}
+	p.revoking = true
+	var drained chan struct{}
+	if p.inflight > 0 {
+		p.drained = make(chan struct{})
+		drained = p.drained
+	}
+	c.mu.Unlock()
+	if drained != nil {
+		t := time.NewTimer(grace)
+		select {
+		case <-drained:
+		case <-t.C:
+			c.log.Warn("pcon: revoke grace expired with records in flight", "topic", tp.Topic, "partition", tp.Partition)
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cm := c.commitLocked(p)
+	c.removeLocked(p)
+	c.dispatchLocked()
+	return cm, true
+}
+
+func (c *Core) removeLocked(p *part) {
+	p.removed = true
+	delete(c.parts, p.tp)
+	for i, q := range c.order {
+		if q == p {
+			c.order = append(c.order[:i], c.order[i+1:]...)
+			break
+		}
+	}
+	if p.inflight > 0 {
+		c.zombies[p.tp] += p.inflight
+	}
+	c.queued -= p.queued
+	c.waiting -= p.waiting
+}
+
+// Close stops all dispatching and dead-letter retries. Assignments should
+// be revoked first so their offsets are committed.
+func (c *Core) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.bg.Wait()
+}

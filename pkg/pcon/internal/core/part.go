@@ -1,0 +1,162 @@
+package core
+
+import (
+	"time"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/offsets"
+)
+
+// part is one assignment epoch of one partition.
+type part struct {
+	tp       engine.TP
+	epoch    uint64
+	tr       *offsets.Tracker
+	lanes    map[string]*lane
+	ready    readyHeap
+	logEnd   int64
+	counters *Counters
+
+	queued   int // received, not dispatched
+	inflight int // dispatched, not settled
+	waiting  int // waiting for a retry
+	revoking bool
+	removed  bool
+	drained  chan struct{} // closed when revoking and nothing is in flight
+
+	blockOff   int64
+	blockSince time.Time
+
+	lastCommit Commit
+	lastGap    int
+	scratch    []int64
+}
+
+func newPart(tp engine.TP, epoch uint64, tr *offsets.Tracker) *part {
+	return &part{tp: tp, epoch: epoch, tr: tr, lanes: make(map[string]*lane), blockOff: -1}
+}
+
+func (p *part) laneFor(key string) *lane {
+	l := p.lanes[key]
+	if l == nil {
+		l = &lane{key: key}
+		p.lanes[key] = l
+	}
+	return l
+}
+
+// dropLane forgets an idle lane so memory follows active keys, not all keys
+// ever seen.
+func (p *part) dropLane(l *lane) {
+	if !l.busy && l.queue.len() == 0 {
+		delete(p.lanes, l.key)
+	}
+}
+
+func (p *part) signalDrained() {
+	if p.revoking && p.inflight == 0 && p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+}
+
+// noteBlocking restarts the blocked-duration clock when the blocking offset
+// changes.
+func (p *part) noteBlocking() {
+	b, ok := p.tr.Blocking()
+	if !ok {
+		p.blockOff = -1
+		return
+	}
+	if b != p.blockOff {
+		p.blockOff = b
+		p.blockSince = time.Now()
+	}
+}
+
+// lane serialises the records of one key (or of the whole partition): busy
+// while one of its records is dispatched or waiting for a retry.
+type lane struct {
+	key   string
+	busy  bool
+	queue fifo
+}
+
+// fifo is a queue of items that reuses its backing array.
+type fifo struct {
+	items []*item
+	head  int
+}
+
+func (f *fifo) push(it *item) { f.items = append(f.items, it) }
+
+func (f *fifo) len() int { return len(f.items) - f.head }
+
+func (f *fifo) pop() *item {
+	if f.head == len(f.items) {
+		return nil
+	}
+	it := f.items[f.head]
+	f.items[f.head] = nil
+	f.head++
+	if f.head == len(f.items) {
+		f.items = f.items[:0]
+		f.head = 0
+	}
+	return it
+}
+
+// item is one record inside the control plane.
+type item struct {
+	off      int64
+	size     int
+	payload  any
+	p        *part
+	lane     *lane
+	attempts int
+	err      error
+}
+
+// readyHeap is a min-heap of dispatchable items by offset, so the oldest
+// ready record of a partition (its blocking offset when ready) goes first.
+type readyHeap []*item
+
+func (h *readyHeap) push(it *item) {
+	*h = append(*h, it)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		parent := (i - 1) / 2
+		if s[parent].off <= s[i].off {
+			break
+		}
+		s[parent], s[i] = s[i], s[parent]
+		i = parent
+	}
+}
+
+func (h *readyHeap) pop() *item {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s[last] = nil
+	s = s[:last]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(s) && s[l].off < s[m].off {
+			m = l
+		}
+		if r < len(s) && s[r].off < s[m].off {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[m], s[i] = s[i], s[m]
+		i = m
+	}
+	*h = s
+	return top
+}
