@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTENV := eval "$$(scripts/testenv.sh)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test test-short lint migrate bench run-api
+.PHONY: help test lint migrate bench run-api dev-kafka
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,3 +26,6 @@ bench: ## run the benchmarks; each prints its baseline and ratio
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api
+
+dev-kafka: ## run the in-process dev Kafka broker on 127.0.0.1:9092 with every topic
+	$(GO) run ./cmd/devkafka
