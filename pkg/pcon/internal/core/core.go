@@ -498,3 +498,6 @@ func (c *Core) Close() {
 	c.cancel()
 	c.bg.Wait()
 }
+
+// Payload returns the payload given to Add for the record behind t.
+func Payload(t engine.Task) any { return t.Payload.(*item).payload }

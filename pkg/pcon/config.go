@@ -1,0 +1,232 @@
+package pcon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Ordering says which records of a partition may run at the same time.
+type Ordering int
+
+const (
+	// KeyOrder runs one record per key at a time, keys in parallel. The key
+	// comes from Config.KeyResolver.
+	KeyOrder Ordering = iota
+	// PartitionOrder runs one record per partition at a time.
+	PartitionOrder
+	// Unordered runs records as capacity allows.
+	Unordered
+)
+
+func (o Ordering) String() string {
+	switch o {
+	case KeyOrder:
+		return "key"
+	case PartitionOrder:
+		return "partition"
+	case Unordered:
+		return "unordered"
+	}
+	return fmt.Sprintf("Ordering(%d)", int(o))
+}
+
+// Config configures a Consumer. Zero values take the documented defaults.
+type Config struct {
+	// Brokers to bootstrap from. Required.
+	Brokers []string
+	// Group is the consumer group. Required.
+	Group string
+	// Topics to consume. Required.
+	Topics []string
+	// Sarama is the base client configuration (TLS, SASL, version, session
+	// and rebalance timeouts, initial offset, ...). nil means
+	// sarama.NewConfig(). pcon copies it and overrides what offset safety
+	// depends on: Consumer.Offsets.AutoCommit.Enable is turned off because
+	// pcon commits itself, only offsets below which every record is
+	// complete; Consumer.Return.Errors and Producer.Return.Successes are
+	// turned on.
+	Sarama *sarama.Config
+
+	// Ordering defaults to KeyOrder.
+	Ordering Ordering
+	// KeyResolver defaults to RecordKey.
+	KeyResolver KeyResolver
+	// OrderEmptyKeys, in KeyOrder, orders records without a key as if they
+	// shared one key, instead of running them unordered.
+	OrderEmptyKeys bool
+	// MaxInFlight bounds the records being handled at once across all
+	// partitions, and the records buffered: fetching pauses when handled
+	// plus buffered records reach it and resumes at 70 %. Default 1000.
+	MaxInFlight int
+
+	// MaxAttempts is how many times a failing record is tried before it is
+	// dead-lettered. Default 3.
+	MaxAttempts int
+	// Backoff is the wait after the first failure. Default 1s.
+	Backoff time.Duration
+	// BackoffMultiplier grows the wait after each further failure; 1 (the
+	// default) keeps it constant, 2 doubles it.
+	BackoffMultiplier float64
+	// MaxBackoff caps the wait. Default 30s.
+	MaxBackoff time.Duration
+	// DLTSuffix is appended to a record's topic to name its dead-letter
+	// topic. Default ".DLT".
+	DLTSuffix string
+
+	// CommitInterval is how often progress is committed. Default 1s.
+	CommitInterval time.Duration
+	// RevokeGrace is how long a revoked partition (and, on shutdown, every
+	// partition) waits for its records in flight before committing and
+	// letting go. It must be shorter than the group's rebalance timeout.
+	// Default 5s.
+	RevokeGrace time.Duration
+
+	// Batch tunes the micro-batch engine used with a BatchHandler.
+	Batch BatchConfig
+
+	// Logger receives structured logs. nil discards them.
+	Logger *slog.Logger
+}
+
+// BatchConfig tunes the micro-batch engine.
+type BatchConfig struct {
+	// MaxRecords per batch. Default 100.
+	MaxRecords int
+	// MaxBytes of keys and values per batch; a larger single record still
+	// runs, alone. Default 1 MiB.
+	MaxBytes int
+	// MaxWait is how long the first record of a batch waits for more.
+	// Default 10ms.
+	MaxWait time.Duration
+	// Concurrency is how many batches run at once. Default 4.
+	Concurrency int
+}
+
+// ConfigError reports an invalid Config field.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return "pcon: invalid config: " + e.Field + ": " + e.Reason
+}
+
+// Validate reports every invalid field of c, joined; each is a *ConfigError.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(c.Brokers) == 0 {
+		bad("Brokers", "must not be empty")
+	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			bad(fmt.Sprintf("Brokers[%d]", i), "must not be blank")
+		}
+	}
+	if strings.TrimSpace(c.Group) == "" {
+		bad("Group", "must not be empty")
+	}
+	if len(c.Topics) == 0 {
+		bad("Topics", "must not be empty")
+	}
+	for i, t := range c.Topics {
+		if strings.TrimSpace(t) == "" {
+			bad(fmt.Sprintf("Topics[%d]", i), "must not be blank")
+		}
+	}
+	if c.Ordering < KeyOrder || c.Ordering > Unordered {
+		bad("Ordering", "unknown ordering %d", int(c.Ordering))
+	}
+	nonNegative := map[string]int64{
+		"MaxInFlight":       int64(c.MaxInFlight),
+		"MaxAttempts":       int64(c.MaxAttempts),
+		"Backoff":           int64(c.Backoff),
+		"MaxBackoff":        int64(c.MaxBackoff),
+		"CommitInterval":    int64(c.CommitInterval),
+		"RevokeGrace":       int64(c.RevokeGrace),
+		"Batch.MaxRecords":  int64(c.Batch.MaxRecords),
+		"Batch.MaxBytes":    int64(c.Batch.MaxBytes),
+		"Batch.MaxWait":     int64(c.Batch.MaxWait),
+		"Batch.Concurrency": int64(c.Batch.Concurrency),
+	}
+	// Sorted so that the joined error reads the same every time.
+	for _, f := range slices.Sorted(maps.Keys(nonNegative)) {
+		if nonNegative[f] < 0 {
+			bad(f, "must not be negative")
+		}
+	}
+	if c.BackoffMultiplier != 0 && c.BackoffMultiplier < 1 {
+		bad("BackoffMultiplier", "must be at least 1, got %v", c.BackoffMultiplier)
+	}
+	if c.Sarama != nil {
+		if err := c.Sarama.Validate(); err != nil {
+			bad("Sarama", "%v", err)
+		}
+	}
+	d := c.withDefaults()
+	if rt := d.Sarama.Consumer.Group.Rebalance.Timeout; d.RevokeGrace >= rt {
+		bad("RevokeGrace", "%v must be shorter than Sarama.Consumer.Group.Rebalance.Timeout (%v)", d.RevokeGrace, rt)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with zero values replaced by defaults and its own
+// copy of the sarama configuration.
+func (c Config) withDefaults() Config {
+	var sc sarama.Config
+	if c.Sarama != nil {
+		sc = *c.Sarama
+	} else {
+		sc = *sarama.NewConfig()
+	}
+	sc.Consumer.Offsets.AutoCommit.Enable = false
+	sc.Consumer.Return.Errors = true
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	c.Sarama = &sc
+	if c.KeyResolver == nil {
+		c.KeyResolver = RecordKey
+	}
+	setDefault(&c.MaxInFlight, 1000)
+	setDefault(&c.MaxAttempts, 3)
+	setDefault(&c.Backoff, time.Second)
+	setDefault(&c.BackoffMultiplier, 1)
+	setDefault(&c.MaxBackoff, 30*time.Second)
+	setDefault(&c.DLTSuffix, ".DLT")
+	setDefault(&c.CommitInterval, time.Second)
+	setDefault(&c.RevokeGrace, 5*time.Second)
+	setDefault(&c.Batch.MaxRecords, 100)
+	setDefault(&c.Batch.MaxBytes, 1<<20)
+	setDefault(&c.Batch.MaxWait, 10*time.Millisecond)
+	setDefault(&c.Batch.Concurrency, 4)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// backoff returns the wait after the attempt-th consecutive failure.
+func (c Config) backoff(attempt int) time.Duration {
+	d := float64(c.Backoff)
+	for i := 1; i < attempt && d < float64(c.MaxBackoff); i++ {
+		d *= c.BackoffMultiplier
+	}
+	return min(time.Duration(d), c.MaxBackoff)
+}

@@ -1,0 +1,347 @@
+package pcon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+)
+
+// Dead-letter headers added to a record published to the dead-letter topic,
+// next to the record's own headers.
+const (
+	HeaderOriginalTopic     = "pcon-original-topic"
+	HeaderOriginalPartition = "pcon-original-partition"
+	HeaderOriginalOffset    = "pcon-original-offset"
+	HeaderOriginalTimestamp = "pcon-original-timestamp" // RFC 3339, nanoseconds
+	HeaderConsumerGroup     = "pcon-consumer-group"
+	HeaderError             = "pcon-error"
+	HeaderAttempts          = "pcon-attempts"
+	HeaderDeadLetteredAt    = "pcon-dead-lettered-at" // RFC 3339, nanoseconds
+)
+
+// ErrAlreadyRunning is returned by Run on a Consumer that is running or ran.
+var ErrAlreadyRunning = errors.New("pcon: Run called twice")
+
+// ErrClosed is returned by Run after Close.
+var ErrClosed = errors.New("pcon: consumer closed")
+
+// Consumer consumes topics as a member of a consumer group and runs a
+// handler on their records in parallel. See the package documentation for
+// its guarantees and goroutine contract.
+type Consumer struct {
+	cfg     Config
+	handler Handler
+	core    *core.Core
+	engine  engine.Engine
+	pause   pauser
+	log     *slog.Logger
+
+	producer atomic.Pointer[sarama.SyncProducer]
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	stop    chan struct{} // closed by Close
+	done    chan struct{} // closed when Run has released everything
+}
+
+// New validates cfg and returns a Consumer that will run h. It does not
+// connect; Run does.
+func New(cfg Config, h Handler) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if h == nil || isNilHandler(h) {
+		return nil, &ConfigError{Field: "handler", Reason: "must not be nil"}
+	}
+	cfg = cfg.withDefaults()
+	c := &Consumer{
+		cfg: cfg, handler: h, log: cfg.Logger,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	ordering := map[Ordering]core.Ordering{KeyOrder: core.ByKey, PartitionOrder: core.ByPartition, Unordered: core.None}
+	c.core = core.New(core.Config{
+		MaxInFlight:    cfg.MaxInFlight,
+		Ordering:       ordering[cfg.Ordering],
+		OrderEmptyKeys: cfg.OrderEmptyKeys,
+		MaxAttempts:    cfg.MaxAttempts,
+		Backoff:        cfg.backoff,
+	}, core.Deps{
+		Submit:     func(t engine.Task) error { return c.engine.Submit(t) },
+		SetPaused:  c.pause.set,
+		DeadLetter: c.deadLetter,
+		Permanent:  isPermanent,
+		Logger:     cfg.Logger,
+	})
+	c.engine = newEngine(cfg, h, c.core.Complete)
+	return c, nil
+}
+
+func isNilHandler(h Handler) bool {
+	switch f := h.(type) {
+	case RecordHandler:
+		return f == nil
+	case BatchHandler:
+		return f == nil
+	}
+	return true
+}
+
+// newEngine is the only place that knows which engine a handler runs on.
+func newEngine(cfg Config, h Handler, sink engine.Sink) engine.Engine {
+	switch f := h.(type) {
+	case BatchHandler:
+		return engine.NewBatch(batchRunner(f), sink, engine.BatchOptions{
+			MaxRecords:  cfg.Batch.MaxRecords,
+			MaxBytes:    cfg.Batch.MaxBytes,
+			MaxWait:     cfg.Batch.MaxWait,
+			Concurrency: cfg.Batch.Concurrency,
+		})
+	default:
+		return engine.NewPerRecord(recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight)
+	}
+}
+
+func recordRunner(h RecordHandler) engine.Runner {
+	return func(ctx context.Context, ts []engine.Task) []error {
+		if err := h(ctx, core.Payload(ts[0]).(*Record)); err != nil {
+			return []error{err}
+		}
+		return nil
+	}
+}
+
+func batchRunner(h BatchHandler) engine.Runner {
+	return func(ctx context.Context, ts []engine.Task) []error {
+		rs := make([]*Record, len(ts))
+		for i, t := range ts {
+			rs[i] = core.Payload(t).(*Record)
+		}
+		err := h(ctx, rs)
+		if err == nil {
+			return nil
+		}
+		errs := make([]error, len(ts))
+		var be *BatchError
+		if !errors.As(err, &be) {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		for i, e := range be.Failed {
+			if i >= 0 && i < len(errs) {
+				errs[i] = e
+			}
+		}
+		return errs
+	}
+}
+
+// Run joins the group and consumes until ctx ends, Close is called, or a
+// fatal error occurs, which it returns. On the way out every partition is
+// revoked as in a rebalance: dispatching stops, records in flight get
+// Config.RevokeGrace to finish, progress is committed, and every goroutine
+// the Consumer started has exited when Run returns. Run returns nil after a
+// clean shutdown. A Consumer runs once.
+func (c *Consumer) Run(ctx context.Context) (err error) {
+	c.mu.Lock()
+	switch {
+	case c.closed:
+		c.mu.Unlock()
+		return ErrClosed
+	case c.started:
+		c.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	c.started = true
+	c.mu.Unlock()
+	defer close(c.done)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+
+	client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.Sarama)
+	if err != nil {
+		c.shutdownEngine()
+		return fmt.Errorf("pcon: connect: %w", err)
+	}
+	defer closeLogged(c.log, "client", client.Close)
+	producer, err := sarama.NewSyncProducerFromClient(client)
+	if err != nil {
+		c.shutdownEngine()
+		return fmt.Errorf("pcon: dead-letter producer: %w", err)
+	}
+	c.producer.Store(&producer)
+	defer closeLogged(c.log, "producer", producer.Close)
+	group, err := sarama.NewConsumerGroupFromClient(c.cfg.Group, client)
+	if err != nil {
+		c.shutdownEngine()
+		return fmt.Errorf("pcon: consumer group: %w", err)
+	}
+	c.pause.attach(group)
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range group.Errors() {
+			c.log.Warn("pcon: consumer group error", "group", c.cfg.Group, "error", err)
+		}
+	}()
+	defer func() {
+		c.shutdownEngine()
+		c.pause.attach(nil)
+		closeLogged(c.log, "consumer group", group.Close)
+		<-errsDone
+	}()
+
+	h := &groupHandler{c: c, client: client}
+	for ctx.Err() == nil {
+		err := group.Consume(ctx, c.cfg.Topics, h)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, sarama.ErrClosedConsumerGroup):
+			return fmt.Errorf("pcon: consume: %w", err)
+		default:
+			c.log.Warn("pcon: consume failed, rejoining", "group", c.cfg.Group, "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.Sarama.Consumer.Group.Rebalance.Retry.Backoff):
+			}
+		}
+	}
+	return nil
+}
+
+// shutdownEngine stops dispatching and dead-letter retries, then gives
+// running handlers what is left of the grace period before cancelling
+// their context.
+func (c *Consumer) shutdownEngine() {
+	c.core.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RevokeGrace)
+	defer cancel()
+	if err := c.engine.Close(ctx); err != nil {
+		c.log.Warn("pcon: handlers still running at shutdown were cancelled", "error", err)
+	}
+}
+
+func closeLogged(log *slog.Logger, what string, close func() error) {
+	if err := close(); err != nil {
+		log.Warn("pcon: close "+what, "error", err)
+	}
+}
+
+// Close stops the Consumer and waits for Run to return. It is idempotent,
+// safe to call from any goroutine, and bounded by Config.RevokeGrace plus
+// the time to commit and leave the group. Close on a Consumer that never
+// ran releases it at once.
+func (c *Consumer) Close() {
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	started := c.started
+	if first {
+		close(c.stop)
+	}
+	c.mu.Unlock()
+	if started {
+		<-c.done
+		return
+	}
+	if first {
+		c.shutdownEngine()
+	}
+}
+
+func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attempts int) error {
+	p := c.producer.Load()
+	if p == nil {
+		return errors.New("pcon: dead-letter producer not ready")
+	}
+	r := payload.(*Record)
+	msg := &sarama.ProducerMessage{
+		Topic:   r.Topic + c.cfg.DLTSuffix,
+		Headers: make([]sarama.RecordHeader, 0, len(r.Headers)+8),
+	}
+	if r.Key != nil {
+		msg.Key = sarama.ByteEncoder(r.Key)
+	}
+	if r.Value != nil {
+		msg.Value = sarama.ByteEncoder(r.Value)
+	}
+	for _, h := range r.Headers {
+		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	add := func(k, v string) { msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}) }
+	add(HeaderOriginalTopic, r.Topic)
+	add(HeaderOriginalPartition, strconv.Itoa(int(r.Partition)))
+	add(HeaderOriginalOffset, strconv.FormatInt(r.Offset, 10))
+	add(HeaderOriginalTimestamp, r.Timestamp.UTC().Format(time.RFC3339Nano))
+	add(HeaderConsumerGroup, c.cfg.Group)
+	add(HeaderError, cause.Error())
+	add(HeaderAttempts, strconv.Itoa(attempts))
+	add(HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, _, err := (*p).SendMessage(msg); err != nil {
+		return fmt.Errorf("pcon: publish to %s: %w", msg.Topic, err)
+	}
+	c.log.Warn("pcon: record dead-lettered", "topic", r.Topic, "partition", r.Partition,
+		"offset", r.Offset, "attempts", attempts, "error", cause)
+	return nil
+}
+
+// pauser applies backpressure to the consumer group. It remembers the state
+// so that partitions claimed while paused start paused.
+type pauser struct {
+	mu     sync.Mutex
+	paused bool
+	group  sarama.ConsumerGroup
+}
+
+func (p *pauser) attach(g sarama.ConsumerGroup) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.group = g
+}
+
+func (p *pauser) set(paused bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = paused
+	switch {
+	case p.group == nil:
+	case paused:
+		p.group.PauseAll()
+	default:
+		p.group.ResumeAll()
+	}
+}
+
+func (p *pauser) claimed(topic string, partition int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused && p.group != nil {
+		p.group.Pause(map[string][]int32{topic: {partition}})
+	}
+}
+
+func (p *pauser) isPaused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}

@@ -1,0 +1,124 @@
+package pcon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Record is one Kafka record handed to a handler. A handler must not keep
+// it, or slices of it, after returning.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+}
+
+// Header is a record header.
+type Header struct {
+	Key   []byte
+	Value []byte
+}
+
+// Handler is implemented by RecordHandler and BatchHandler only. The type of
+// handler given to New selects the execution engine.
+type Handler interface{ engineKind() string }
+
+// RecordHandler processes one record. It selects the per-record engine:
+// every record runs on its own goroutine, at most Config.MaxInFlight at a
+// time. Returning an error (or panicking) fails the record; see Config for
+// retries and dead-lettering.
+type RecordHandler func(ctx context.Context, r *Record) error
+
+// BatchHandler processes a micro-batch. It selects the micro-batch engine,
+// tuned by Config.Batch.
+//
+// A batch holds at most one record per ordering key (per partition in
+// PartitionOrder), so records of a key arrive in offset order across
+// batches; a batch mixes keys and partitions freely.
+//
+// The return value decides each record's fate:
+//   - nil: every record succeeded;
+//   - a *BatchError: the records it names failed with their errors, all
+//     others succeeded;
+//   - any other error, or a panic: every record of the batch failed.
+//
+// Failed records are retried one by one, each holding only its own key, with
+// its own attempt count; a retried record may share its next batch with
+// other records. Permanent, on the batch error or on one record's error,
+// skips the retries.
+type BatchHandler func(ctx context.Context, rs []*Record) error
+
+func (RecordHandler) engineKind() string { return "record" }
+func (BatchHandler) engineKind() string  { return "batch" }
+
+// BatchError attributes a batch failure to records: Failed maps an index in
+// the batch slice to that record's error.
+type BatchError struct {
+	Failed map[int]error
+}
+
+func (e *BatchError) Error() string {
+	idx := make([]int, 0, len(e.Failed))
+	for i := range e.Failed {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "pcon: %d records of the batch failed", len(idx))
+	for n, i := range idx {
+		if n == 3 {
+			sb.WriteString("; ...")
+			break
+		}
+		fmt.Fprintf(&sb, "; [%d]: %v", i, e.Failed[i])
+	}
+	return sb.String()
+}
+
+// Permanent marks err as not worth retrying: the record goes to the
+// dead-letter topic after this attempt.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// KeyResolver returns the ordering key of a record in KeyOrder. An empty key
+// means "no key": such records run unordered unless Config.OrderEmptyKeys is
+// set. Any func(*Record) string converts to a KeyResolver.
+type KeyResolver func(r *Record) string
+
+// RecordKey is the default KeyResolver: the record's own key.
+func RecordKey(r *Record) string { return string(r.Key) }
+
+// HeaderKey returns a KeyResolver that uses the value of the first header
+// named name.
+func HeaderKey(name string) KeyResolver {
+	return func(r *Record) string {
+		for _, h := range r.Headers {
+			if string(h.Key) == name {
+				return string(h.Value)
+			}
+		}
+		return ""
+	}
+}

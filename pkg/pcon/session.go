@@ -1,0 +1,161 @@
+package pcon
+
+import (
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+)
+
+// groupHandler connects one sarama consumer-group session at a time to the
+// control plane. sarama calls Setup, then ConsumeClaim on one goroutine per
+// partition, then Cleanup once every ConsumeClaim has returned.
+type groupHandler struct {
+	c      *Consumer
+	client sarama.Client
+
+	// Per session; written in Setup, read by the claim goroutines sarama
+	// starts after Setup returns.
+	meta       map[engine.TP]string
+	commitMu   sync.Mutex // orders periodic commits with revoke commits
+	stopCommit chan struct{}
+	committer  sync.WaitGroup
+}
+
+func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	h.meta = h.fetchMetadata(sess.Claims())
+	h.stopCommit = make(chan struct{})
+	h.committer.Add(1)
+	go h.commitLoop(sess)
+	h.c.log.Info("pcon: partitions assigned", "group", h.c.cfg.Group, "member", sess.MemberID(),
+		"generation", sess.GenerationID(), "claims", sess.Claims())
+	return nil
+}
+
+func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	close(h.stopCommit)
+	h.committer.Wait()
+	sess.Commit()
+	h.c.log.Info("pcon: partitions released", "group", h.c.cfg.Group, "generation", sess.GenerationID())
+	return nil
+}
+
+// fetchMetadata reads the committed metadata of the claimed partitions,
+// which sarama does not expose. Failing to read it only costs reprocessing.
+func (h *groupHandler) fetchMetadata(claims map[string][]int32) map[engine.TP]string {
+	out := make(map[engine.TP]string)
+	broker, err := h.client.Coordinator(h.c.cfg.Group)
+	if err != nil {
+		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", "error", err)
+		return out
+	}
+	resp, err := broker.FetchOffset(sarama.NewOffsetFetchRequest(h.c.cfg.Sarama.Version, h.c.cfg.Group, claims))
+	if err != nil {
+		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", "error", err)
+		return out
+	}
+	for topic, parts := range claims {
+		for _, p := range parts {
+			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
+				out[engine.TP{Topic: topic, Partition: p}] = b.Metadata
+			}
+		}
+	}
+	return out
+}
+
+func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
+	defer h.committer.Done()
+	t := time.NewTicker(h.c.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stopCommit:
+			return
+		case <-t.C:
+			h.commitMu.Lock()
+			for _, cm := range h.c.core.Commits() {
+				mark(sess, cm)
+			}
+			h.commitMu.Unlock()
+			sess.Commit()
+		}
+	}
+}
+
+// mark sets the session's offset and metadata for cm. MarkOffset only
+// moves forward and ignores new metadata at the same offset; ResetOffset
+// then stores the metadata. Offsets below the current mark never reach
+// here because the high-water mark only grows within an assignment.
+func mark(sess sarama.ConsumerGroupSession, cm core.Commit) {
+	if cm.Offset < 0 {
+		return // nothing received yet on a partition without a committed offset
+	}
+	sess.MarkOffset(cm.TP.Topic, cm.TP.Partition, cm.Offset, cm.Metadata)
+	sess.ResetOffset(cm.TP.Topic, cm.TP.Partition, cm.Offset, cm.Metadata)
+}
+
+// fetchBatch bounds how many buffered messages are handed to the control
+// plane under one lock acquisition.
+const fetchBatch = 256
+
+func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	c := h.c
+	tp := engine.TP{Topic: claim.Topic(), Partition: claim.Partition()}
+	epoch := c.core.Assign(tp, claim.InitialOffset(), h.meta[tp])
+	c.pause.claimed(tp.Topic, tp.Partition)
+	items := make([]core.Item, 0, fetchBatch)
+	msgs := claim.Messages()
+	ctx := sess.Context()
+	for open := true; open; {
+		select {
+		case <-ctx.Done():
+			open = false
+			continue
+		case m, ok := <-msgs:
+			if !ok {
+				open = false
+				continue
+			}
+			items = append(items[:0], c.item(m))
+		}
+	drain:
+		for len(items) < fetchBatch {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break drain
+				}
+				items = append(items, c.item(m))
+			default:
+				break drain
+			}
+		}
+		c.core.Add(tp, epoch, items, claim.HighWaterMarkOffset())
+		clear(items)
+	}
+	cm, ok := c.core.Revoke(tp, epoch, c.cfg.RevokeGrace)
+	if ok {
+		h.commitMu.Lock()
+		mark(sess, cm)
+		h.commitMu.Unlock()
+	}
+	return nil
+}
+
+func (c *Consumer) item(m *sarama.ConsumerMessage) core.Item {
+	r := &Record{
+		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
+	}
+	if len(m.Headers) > 0 {
+		r.Headers = make([]Header, len(m.Headers))
+		for i, hd := range m.Headers {
+			r.Headers[i] = Header{Key: hd.Key, Value: hd.Value}
+		}
+	}
+	return core.Item{Offset: m.Offset, Key: c.cfg.KeyResolver(r), Size: len(m.Key) + len(m.Value), Payload: r}
+}
