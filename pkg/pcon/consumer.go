@@ -288,7 +288,9 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	for _, h := range r.Headers {
 		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	add := func(k, v string) { msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)}) }
+	add := func(k, v string) {
+		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
+	}
 	add(HeaderOriginalTopic, r.Topic)
 	add(HeaderOriginalPartition, strconv.Itoa(int(r.Partition)))
 	add(HeaderOriginalOffset, strconv.FormatInt(r.Offset, 10))
