@@ -1,0 +1,88 @@
+package pcon_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+)
+
+// TestBatchHandler runs the micro-batch engine end to end: key order across
+// batches, per-record failures through BatchError, a permanent failure to
+// the dead-letter topic, and everything committed.
+func TestBatchHandler(t *testing.T) {
+	e := newEnv(t)
+	recs := e.produce(20_000, keyMod(300))
+	chk := newOrderChecker(recs)
+	const group = "batch"
+	flaky := map[[2]int64]bool{}  // fail once
+	doomed := map[[2]int64]bool{} // fail permanently
+	for i, idx := range []int{7, 700, 7000, 17000} {
+		k := [2]int64{int64(recs[idx].Partition), recs[idx].Offset}
+		if i == 3 {
+			doomed[k] = true
+		} else {
+			flaky[k] = true
+		}
+	}
+	var mu sync.Mutex
+	failedOnce := map[[2]int64]bool{}
+	var biggest atomic.Int64
+	cfg := e.config(group)
+	cfg.Batch = pcon.BatchConfig{MaxRecords: 64, MaxWait: 2 * time.Millisecond, Concurrency: 4}
+	c, stop := start(t, cfg, pcon.BatchHandler(func(ctx context.Context, rs []*pcon.Record) error {
+		if n := int64(len(rs)); n > biggest.Load() {
+			biggest.Store(n)
+		}
+		keys := map[[2]string]bool{}
+		failed := map[int]error{}
+		for i, r := range rs {
+			k := [2]string{string(rune('0' + r.Partition)), string(r.Key)}
+			if keys[k] {
+				chk.violate("batch holds two records of key %q", r.Key)
+			}
+			keys[k] = true
+			chk.begin(r)
+			id := [2]int64{int64(r.Partition), r.Offset}
+			mu.Lock()
+			switch {
+			case doomed[id]:
+				failed[i] = pcon.Permanent(errors.New("doomed"))
+				chk.end(r)
+			case flaky[id] && !failedOnce[id]:
+				failedOnce[id] = true
+				failed[i] = errors.New("flaky")
+			default:
+				chk.end(r)
+			}
+			mu.Unlock()
+		}
+		if len(failed) > 0 {
+			return &pcon.BatchError{Failed: failed}
+		}
+		return nil
+	}))
+	e.waitCommitted(group, endOffsets(recs))
+	stats := c.Stats()
+	stop()
+	checkClean(t, chk)
+	if biggest.Load() < 2 {
+		t.Errorf("largest batch %d: records were never batched", biggest.Load())
+	}
+	var processed, retried, dead uint64
+	for _, p := range stats.Partitions {
+		processed += p.Processed
+		retried += p.Retried
+		dead += p.DeadLettered
+	}
+	if processed != uint64(len(recs)-1) || retried != 3 || dead != 1 {
+		t.Errorf("processed %d retried %d dead-lettered %d, want %d, 3, 1", processed, retried, dead, len(recs)-1)
+	}
+	if d := e.dltRecords(1); len(d) != 1 {
+		t.Errorf("dead letters: %d", len(d))
+	}
+}
