@@ -1,0 +1,281 @@
+// Package store applies consumed events to the product aggregates. It is the
+// only package of product-consumers that talks to PostgreSQL, and every method
+// makes its effect exactly once however often the same event arrives.
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrUnavailable wraps failures to reach the database; callers retry them.
+var ErrUnavailable = errors.New("database unavailable")
+
+// Store applies aggregate changes in PostgreSQL.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to databaseURL with at most maxConns connections.
+func Open(ctx context.Context, databaseURL string, maxConns int32) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close releases the connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	if err := pgx.BeginFunc(ctx, s.pool, fn); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Sale is one product line of a paid order.
+type Sale struct {
+	ProductID int64
+	Quantity  int64
+	Amount    int64 // quantity × unit price
+}
+
+// ApplyOrderPaid adds an order's sales to product_metrics unless the event
+// with this idempotency key was already handled; the idempotency record and
+// the sales commit together. It reports whether the sales were applied.
+func (s *Store) ApplyOrderPaid(ctx context.Context, idempotencyKey string, sales []Sale) (applied bool, err error) {
+	byProduct := map[int64]Sale{}
+	for _, sl := range sales {
+		t := byProduct[sl.ProductID]
+		byProduct[sl.ProductID] = Sale{ProductID: sl.ProductID, Quantity: t.Quantity + sl.Quantity, Amount: t.Amount + sl.Amount}
+	}
+	merged := sortedValues(byProduct, func(s Sale) int64 { return s.ProductID })
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO event_handled (idempotency_key) VALUES ($1) ON CONFLICT DO NOTHING`, idempotencyKey)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		applied = true
+		ids, qty, amount := make([]int64, len(merged)), make([]int64, len(merged)), make([]int64, len(merged))
+		for i, sl := range merged {
+			ids[i], qty[i], amount[i] = sl.ProductID, sl.Quantity, sl.Amount
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO product_metrics AS m (product_id, sales_count, sales_amount)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+			ON CONFLICT (product_id) DO UPDATE
+			SET sales_count = m.sales_count + EXCLUDED.sales_count,
+			    sales_amount = m.sales_amount + EXCLUDED.sales_amount,
+			    updated_at = now()`, ids, qty, amount)
+		return err
+	})
+	return applied, err
+}
+
+// View is one product view event.
+type View struct {
+	IdempotencyKey string
+	ProductID      int64
+}
+
+// ApplyViews records a batch of views in one transaction: it inserts the
+// idempotency records and adds to view_count only the views whose record was
+// new. It returns how many views were applied.
+func (s *Store) ApplyViews(ctx context.Context, views []View) (applied int, err error) {
+	productOf := make(map[string]int64, len(views))
+	keys := make([]string, 0, len(views))
+	for _, v := range views {
+		if _, dup := productOf[v.IdempotencyKey]; !dup {
+			productOf[v.IdempotencyKey] = v.ProductID
+			keys = append(keys, v.IdempotencyKey)
+		}
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		applied = 0
+		rows, err := tx.Query(ctx, `
+			INSERT INTO event_handled (idempotency_key) SELECT unnest($1::text[])
+			ON CONFLICT DO NOTHING RETURNING idempotency_key`, keys)
+		if err != nil {
+			return err
+		}
+		fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		counts := map[int64]int64{}
+		for _, k := range fresh {
+			counts[productOf[k]]++
+		}
+		applied = len(fresh)
+		ids := slices.Sorted(maps.Keys(counts))
+		n := make([]int64, len(ids))
+		for i, id := range ids {
+			n[i] = counts[id]
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO product_metrics AS m (product_id, view_count)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[])
+			ON CONFLICT (product_id) DO UPDATE
+			SET view_count = m.view_count + EXCLUDED.view_count, updated_at = now()`, ids, n)
+		return err
+	})
+	return applied, err
+}
+
+// LikeChange is a like (Liked) or cancel (!Liked) of a product by a user,
+// with the event's sequence, which orders the changes of one product.
+type LikeChange struct {
+	UserID    string
+	ProductID int64
+	Liked     bool
+	Sequence  int64
+}
+
+// ApplyLikes moves the like state of each (user, product) to the newest change
+// by sequence and adjusts like_count by the real state transitions only, in
+// one transaction. A change not newer than the stored state (a redelivery or
+// a reordered event) changes nothing. Within the batch only the newest change
+// per (user, product) counts. It returns the like_count delta per product.
+func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map[int64]int64, err error) {
+	type userProduct struct {
+		user    string
+		product int64
+	}
+	last := map[userProduct]LikeChange{}
+	for _, c := range changes {
+		k := userProduct{c.UserID, c.ProductID}
+		if prev, ok := last[k]; !ok || c.Sequence > prev.Sequence {
+			last[k] = c
+		}
+	}
+	newest := make([]LikeChange, 0, len(last))
+	for _, c := range last {
+		newest = append(newest, c)
+	}
+	slices.SortFunc(newest, func(a, b LikeChange) int {
+		return cmp.Or(cmp.Compare(a.ProductID, b.ProductID), cmp.Compare(a.UserID, b.UserID))
+	})
+	users, products, liked, seqs := make([]string, len(newest)), make([]int64, len(newest)), make([]bool, len(newest)), make([]int64, len(newest))
+	for i, c := range newest {
+		users[i], products[i], liked[i], seqs[i] = c.UserID, c.ProductID, c.Liked, c.Sequence
+	}
+	productIDs := slices.Compact(slices.Clone(products))
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		delta = map[int64]int64{}
+		// While partitions move between group members, two members can briefly
+		// handle the same product. Serialising per product makes the state read
+		// below the one the update replaces, including for rows not yet there
+		// (which a row lock cannot cover). Sorted ids cannot deadlock.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(727275, id::int4) FROM unnest($1::bigint[]) AS id`, hashIDs(productIDs)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			WITH input AS (
+				SELECT * FROM unnest($1::text[], $2::bigint[], $3::bool[], $4::bigint[])
+					AS t(user_id, product_id, liked, sequence)
+			), old AS (
+				SELECT s.user_id, s.product_id, s.liked
+				FROM product_like_state s JOIN input i USING (user_id, product_id)
+			), up AS (
+				INSERT INTO product_like_state AS s (user_id, product_id, liked, sequence)
+				SELECT user_id, product_id, liked, sequence FROM input
+				ON CONFLICT (user_id, product_id) DO UPDATE
+				SET liked = EXCLUDED.liked, sequence = EXCLUDED.sequence, updated_at = now()
+				WHERE s.sequence < EXCLUDED.sequence
+				RETURNING s.user_id, s.product_id, s.liked
+			)
+			SELECT up.product_id,
+			       sum(CASE WHEN up.liked = coalesce(old.liked, false) THEN 0
+			                WHEN up.liked THEN 1 ELSE -1 END)::bigint
+			FROM up LEFT JOIN old USING (user_id, product_id)
+			GROUP BY up.product_id
+			ORDER BY up.product_id`, users, products, liked, seqs)
+		if err != nil {
+			return err
+		}
+		type change struct {
+			Product, Delta int64
+		}
+		moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[change])
+		if err != nil {
+			return err
+		}
+		ids, d := make([]int64, 0, len(moved)), make([]int64, 0, len(moved))
+		for _, m := range moved {
+			if m.Delta != 0 {
+				ids, d = append(ids, m.Product), append(d, m.Delta)
+				delta[m.Product] = m.Delta
+			}
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO product_metrics AS m (product_id, like_count)
+			SELECT * FROM unnest($1::bigint[], $2::bigint[])
+			ON CONFLICT (product_id) DO UPDATE
+			SET like_count = m.like_count + EXCLUDED.like_count, updated_at = now()`, ids, d)
+		return err
+	})
+	return delta, err
+}
+
+// PurgeHandled deletes idempotency records older than maxAge, chunk rows per
+// statement so that no statement holds many locks or runs long. It returns how
+// many it deleted.
+func (s *Store) PurgeHandled(ctx context.Context, maxAge time.Duration, chunk int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM event_handled WHERE id IN (
+				SELECT id FROM event_handled WHERE created_at < now() - $1::interval LIMIT $2)`,
+			maxAge, chunk)
+		if err != nil {
+			return total, fmt.Errorf("%w: purge event_handled: %v", ErrUnavailable, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(chunk) {
+			return total, nil
+		}
+	}
+}
+
+// hashIDs folds product ids into the int4 space of two-key advisory locks,
+// keeping them sorted and distinct.
+func hashIDs(ids []int64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(int32(uint32(id) ^ uint32(id>>32)))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func sortedValues[K comparable, V any](m map[K]V, key func(V) int64) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
+	return out
+}
