@@ -1,6 +1,8 @@
 package pcon
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
@@ -88,5 +90,6 @@ func (c *Consumer) Stats() Stats {
 		}
 		out.Latency = append(out.Latency, ls)
 	}
+	slices.SortFunc(out.Latency, func(a, b LatencyStats) int { return strings.Compare(a.Topic, b.Topic) })
 	return out
 }
