@@ -1,0 +1,129 @@
+// Package api is commerce-api's HTTP layer: the chi router under /api/v1,
+// request validation, and the mapping of errors to RFC 9457 problems.
+// Handlers return errors; problemFor alone decides the status.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+)
+
+// OpenAPI is the OpenAPI 3 document of this API, served at /openapi.yaml.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+// UserHeader carries the acting user's id.
+const UserHeader = "X-User-ID"
+
+// ProductCache caches product detail bodies (cache-aside). Its errors never
+// fail a request: the database stays the source of truth.
+type ProductCache interface {
+	Get(ctx context.Context, id int64) (body []byte, ok bool, err error)
+	Set(ctx context.Context, id int64, body []byte) error
+	Delete(ctx context.Context, ids ...int64) error
+}
+
+// Deps are the handler's dependencies. Cache may be nil (no caching).
+type Deps struct {
+	Store   *store.Store
+	Cache   ProductCache
+	Logger  *slog.Logger
+	Metrics *prometheus.Registry
+	Checks  map[string]httpserver.Check
+}
+
+type server struct {
+	st    *store.Store
+	cache ProductCache
+	log   *slog.Logger
+}
+
+// NewHandler returns the service's whole HTTP handler: the API under /api/v1,
+// /openapi.yaml, and /healthz, /readyz, /metrics.
+func NewHandler(d Deps) (http.Handler, error) {
+	if d.Store == nil || d.Logger == nil || d.Metrics == nil {
+		return nil, errors.New("api: Store, Logger and Metrics are required")
+	}
+	m, err := newMetrics(d.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{st: d.Store, cache: d.Cache, log: d.Logger}
+	r := chi.NewRouter()
+	r.Use(m.middleware)
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return newRequestError(http.StatusNotFound, "no route for "+r.URL.Path)
+	}))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return newRequestError(http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+	}))
+	httpserver.Ops(r, d.Metrics, d.Checks)
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(OpenAPI)
+	})
+	r.Route("/api/v1", func(r chi.Router) {
+		r.Post("/products", s.handle(s.createProduct))
+		r.Get("/products", s.handle(s.listProducts))
+		r.Get("/products/{id}", s.handle(s.getProduct))
+		r.Post("/products/{id}/likes", s.handle(s.like))
+		r.Delete("/products/{id}/likes", s.handle(s.unlike))
+		r.Post("/orders", s.handle(s.createOrder))
+		r.Get("/orders/{id}", s.handle(s.getOrder))
+		r.Post("/orders/{id}/payments", s.handle(s.pay))
+	})
+	return r, nil
+}
+
+// handle adapts a handler that returns an error.
+func (s *server) handle(h func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.log, err)
+		}
+	}
+}
+
+// user returns the acting user; "" when the header is absent and not required.
+func user(r *http.Request, required bool) (string, error) {
+	u := strings.TrimSpace(r.Header.Get(UserHeader))
+	switch {
+	case u == "" && required:
+		return "", errNoUser
+	case len(u) > 64:
+		return "", newRequestError(http.StatusBadRequest, "the "+UserHeader+" header must be at most 64 bytes")
+	}
+	return u, nil
+}
+
+// pathID returns the positive integer path parameter id.
+func pathID(r *http.Request) (int64, error) {
+	raw := chi.URLParam(r, "id")
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, &ValidationError{Fields: []FieldError{{Pointer: "id", Detail: "the path parameter id must be a positive integer, got " + strconv.Quote(raw)}}}
+	}
+	return id, nil
+}
+
+// invalidate drops cached product details after a committed change.
+func (s *server) invalidate(ctx context.Context, ids ...int64) {
+	if s.cache == nil || len(ids) == 0 {
+		return
+	}
+	if err := s.cache.Delete(context.WithoutCancel(ctx), ids...); err != nil {
+		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, "err", err)
+	}
+}

@@ -1,0 +1,230 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store/storetest"
+)
+
+var (
+	specOnce   sync.Once
+	specDoc    *openapi3.T
+	specRouter routers.Router
+	specErr    error
+)
+
+// spec loads the embedded OpenAPI document that every response of these
+// tests is checked against.
+func spec(t *testing.T) (*openapi3.T, routers.Router) {
+	t.Helper()
+	specOnce.Do(func() {
+		specDoc, specErr = openapi3.NewLoader().LoadFromData(api.OpenAPI)
+		if specErr == nil {
+			specErr = specDoc.Validate(context.Background())
+		}
+		if specErr == nil {
+			specRouter, specErr = gorillamux.NewRouter(specDoc)
+		}
+	})
+	if specErr != nil {
+		t.Fatalf("openapi.yaml: %v", specErr)
+	}
+	return specDoc, specRouter
+}
+
+type env struct {
+	db  *storetest.DB
+	st  *store.Store
+	srv *httptest.Server
+}
+
+// newEnv serves the real handler over a fresh database. with may adjust the
+// dependencies (for example to add a cache).
+func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	st, err := store.Open(context.Background(), url, 16, events.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	deps := api.Deps{
+		Store:   st,
+		Logger:  slog.New(slog.DiscardHandler),
+		Metrics: prometheus.NewRegistry(),
+		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+	}
+	for _, f := range with {
+		f(&deps)
+	}
+	h, err := api.NewHandler(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &env{db: storetest.Open(t, url), st: st, srv: srv}
+}
+
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// do sends a request (body "" for none; user "" for no X-User-ID) and checks
+// the response against the OpenAPI document. It is safe for concurrent use.
+func (e *env) do(t *testing.T, method, path, user, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		req.Header.Set(api.UserHeader, user)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	r := response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	checkSpec(t, req, r)
+	return r
+}
+
+// checkSpec validates a response against the operation the document
+// declares for it; a response of a route the document does not know must be
+// a problem.
+func checkSpec(t *testing.T, req *http.Request, r response) {
+	t.Helper()
+	doc, router := spec(t)
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		if r.Status != http.StatusNotFound && r.Status != http.StatusMethodNotAllowed {
+			t.Errorf("%s %s: not in openapi.yaml (%v) yet answered %d", req.Method, req.URL.Path, err, r.Status)
+		}
+		if ct := r.Header.Get("Content-Type"); ct != api.ProblemContentType {
+			t.Errorf("%s %s: content type %q, want %s", req.Method, req.URL.Path, ct, api.ProblemContentType)
+		}
+		var v any
+		if err := json.Unmarshal(r.Body, &v); err != nil {
+			t.Errorf("%s %s: problem body: %v", req.Method, req.URL.Path, err)
+		} else if err := doc.Components.Schemas["Problem"].Value.VisitJSON(v); err != nil {
+			t.Errorf("%s %s: problem body does not match the Problem schema: %v", req.Method, req.URL.Path, err)
+		}
+		return
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 r.Status,
+		Header:                 r.Header,
+		Body:                   io.NopCloser(bytes.NewReader(r.Body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Errorf("%s %s → %d does not match openapi.yaml: %v\nbody: %s", req.Method, req.URL.Path, r.Status, err, r.Body)
+	}
+}
+
+// decode decodes a response body, failing the test unless the status is want.
+func decode[T any](t *testing.T, r response, want int) T {
+	t.Helper()
+	var v T
+	if r.Status != want {
+		t.Fatalf("status %d, want %d; body: %s", r.Status, want, r.Body)
+	}
+	if err := json.Unmarshal(r.Body, &v); err != nil {
+		t.Fatalf("decode %s: %v", r.Body, err)
+	}
+	return v
+}
+
+// Response bodies as a client sees them.
+type (
+	productBody struct {
+		ID, Price, Stock                              int64
+		Name                                          string
+		LikeCount, SalesCount, SalesAmount, ViewCount int64
+	}
+	pageBody struct {
+		Items             []productBody
+		Page, Size, Total int64
+	}
+	likeBody struct {
+		ProductID int64
+		Liked     bool
+	}
+	itemBody  struct{ ProductID, Quantity, UnitPrice int64 }
+	orderBody struct {
+		ID          int64
+		UserID      string
+		Status      string
+		TotalAmount int64
+		Items       []itemBody
+	}
+	paymentBody struct {
+		OrderID, PaymentID int64
+		Status             string
+		Amount             int64
+	}
+)
+
+func (e *env) createProduct(t *testing.T, name string, price, stock int64) int64 {
+	t.Helper()
+	p := decode[productBody](t, e.do(t, "POST", "/api/v1/products", "",
+		fmt.Sprintf(`{"name":%q,"price":%d,"stock":%d}`, name, price, stock)), http.StatusCreated)
+	return p.ID
+}
+
+func (e *env) createOrder(t *testing.T, user string, items ...[2]int64) orderBody {
+	t.Helper()
+	var parts []string
+	for _, it := range items {
+		parts = append(parts, fmt.Sprintf(`{"productId":%d,"quantity":%d}`, it[0], it[1]))
+	}
+	return decode[orderBody](t, e.do(t, "POST", "/api/v1/orders", user, `{"items":[`+strings.Join(parts, ",")+`]}`), http.StatusCreated)
+}
+
+func (e *env) lastOutboxID(t *testing.T) int64 {
+	t.Helper()
+	return e.db.Int(t, `SELECT COALESCE(max(id), 0) FROM outbox`)
+}
+
+type problemBody struct {
+	Type, Title, Detail string
+	Status              int
+	Errors              []struct{ Pointer, Detail string }
+}

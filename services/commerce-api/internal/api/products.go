@@ -1,0 +1,199 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+)
+
+// Limits of a product's fields. Keeping price and quantities far below
+// int64 range means no order total can overflow.
+const (
+	maxNameRunes = 200
+	maxPrice     = 1_000_000_000
+	maxStock     = 1_000_000_000
+	defaultSize  = 20
+	maxSize      = 100
+)
+
+type productJSON struct {
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	Price       int64     `json:"price"`
+	Stock       int64     `json:"stock"`
+	LikeCount   int64     `json:"likeCount"`
+	SalesCount  int64     `json:"salesCount"`
+	SalesAmount int64     `json:"salesAmount"`
+	ViewCount   int64     `json:"viewCount"`
+	CreatedAt   time.Time `json:"createdAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+func toProductJSON(p store.Product) productJSON {
+	return productJSON{
+		ID: p.ID, Name: p.Name, Price: p.Price, Stock: p.Stock,
+		LikeCount: p.LikeCount, SalesCount: p.SalesCount, SalesAmount: p.SalesAmount, ViewCount: p.ViewCount,
+		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+	}
+}
+
+type productPage struct {
+	Items []productJSON `json:"items"`
+	Page  int           `json:"page"`
+	Size  int           `json:"size"`
+	Total int64         `json:"total"`
+}
+
+type likeJSON struct {
+	ProductID int64 `json:"productId"`
+	Liked     bool  `json:"liked"`
+}
+
+func (s *server) createProduct(w http.ResponseWriter, r *http.Request) error {
+	var errs ValidationError
+	o, err := readObject(w, r, &errs)
+	if err != nil {
+		return err
+	}
+	var in store.NewProduct
+	if o != nil {
+		var ok bool
+		if in.Name, ok = field[string](o, "name", "a string"); ok {
+			if n := utf8.RuneCountInString(in.Name); strings.TrimSpace(in.Name) == "" || n > maxNameRunes {
+				errs.add(o.at("name"), "must be 1 to "+itoa(maxNameRunes)+" characters and not blank")
+			}
+		}
+		in.Price, _ = intField(o, "price", 0, maxPrice)
+		in.Stock, _ = intField(o, "stock", 0, maxStock)
+		o.finish()
+	}
+	if err := errs.check(); err != nil {
+		return err
+	}
+	p, err := s.st.CreateProduct(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, toProductJSON(p))
+}
+
+// getProduct serves a product's detail and records the view. With a cache,
+// a hit skips reading the product but still records the view.
+func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	viewer, err := user(r, false)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	if s.cache != nil {
+		body, ok, err := s.cache.Get(ctx, id)
+		if err != nil {
+			s.log.WarnContext(ctx, "product cache read failed", "product", id, "err", err)
+		}
+		if ok {
+			if err := s.st.RecordView(ctx, id, viewer); err != nil {
+				return err
+			}
+			writeBody(w, http.StatusOK, body)
+			return nil
+		}
+	}
+	p, err := s.st.ViewProduct(ctx, id, viewer)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(toProductJSON(p))
+	if err != nil {
+		return err
+	}
+	if s.cache != nil {
+		if err := s.cache.Set(ctx, id, body); err != nil {
+			s.log.WarnContext(ctx, "product cache write failed", "product", id, "err", err)
+		}
+	}
+	writeBody(w, http.StatusOK, body)
+	return nil
+}
+
+func (s *server) listProducts(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	var errs ValidationError
+	sort := store.ProductSort(q.Get("sort"))
+	if sort == "" {
+		sort = store.SortLatest
+	}
+	known := false
+	var names []string
+	for _, k := range store.ProductSorts() {
+		known = known || k == sort
+		names = append(names, string(k))
+	}
+	if !known {
+		errs.add("sort", "must be one of "+strings.Join(names, ", "))
+	}
+	page := queryInt(q.Get("page"), 0, 0, 1_000_000, "page", &errs)
+	// A size above the cap is served at the cap rather than refused.
+	size := min(queryInt(q.Get("size"), defaultSize, 1, 1<<31-1, "size", &errs), maxSize)
+	if err := errs.check(); err != nil {
+		return err
+	}
+	items, total, err := s.st.ListProducts(r.Context(), sort, page, size)
+	if err != nil {
+		return err
+	}
+	out := productPage{Items: make([]productJSON, len(items)), Page: page, Size: size, Total: total}
+	for i, p := range items {
+		out.Items[i] = toProductJSON(p)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func queryInt(raw string, def, lo, hi int, name string, errs *ValidationError) int {
+	if raw == "" {
+		return def
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		errs.add(name, "must be an integer between "+strconv.Itoa(lo)+" and "+strconv.Itoa(hi))
+		return def
+	}
+	return n
+}
+
+func (s *server) like(w http.ResponseWriter, r *http.Request) error {
+	return s.setLike(w, r, true, s.st.Like)
+}
+
+func (s *server) unlike(w http.ResponseWriter, r *http.Request) error {
+	return s.setLike(w, r, false, s.st.Unlike)
+}
+
+func (s *server) setLike(w http.ResponseWriter, r *http.Request, liked bool,
+	change func(ctx context.Context, user string, product int64) (bool, error)) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	u, err := user(r, true)
+	if err != nil {
+		return err
+	}
+	changed, err := change(r.Context(), u, id)
+	if err != nil {
+		return err
+	}
+	if changed {
+		s.invalidate(r.Context(), id)
+	}
+	return writeJSON(w, http.StatusOK, likeJSON{ProductID: id, Liked: liked})
+}

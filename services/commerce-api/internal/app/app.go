@@ -1,0 +1,40 @@
+// Package app wires commerce-api together and runs it.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+)
+
+// Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
+// when not nil, receives the bound HTTP address.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DBPoolSize, events.NewRegistry())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	deps := api.Deps{
+		Store:   st,
+		Logger:  logger,
+		Metrics: reg,
+		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+	}
+	h, err := api.NewHandler(deps)
+	if err != nil {
+		return fmt.Errorf("build handler: %w", err)
+	}
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbPoolSize", cfg.DBPoolSize, "cache", cfg.RedisURL != "")
+	return httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+}
