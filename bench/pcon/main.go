@@ -1,0 +1,310 @@
+// Command pcon benchmarks pkg/pcon against a plain sarama consumer group
+// that processes each partition sequentially, on an in-process kfake
+// cluster (or -brokers). It prints one table with the baseline and the
+// ratio measured in the same run.
+//
+//	go run ./bench/pcon                 # full run
+//	go run ./bench/pcon -records 20000 -slow-records 2000 -memory-records 0   # quick
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+)
+
+type options struct {
+	brokers       []string
+	records       int // per pcon scenario
+	slowRecords   int // per sequential-baseline scenario with a sleeping handler
+	memoryRecords int
+	keys          int
+	maxInFlight   int
+}
+
+func main() {
+	if err := run(os.Stdout, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("pcon-bench", flag.ContinueOnError)
+	var o options
+	brokers := fs.String("brokers", "", "comma-separated brokers; empty starts an in-process kfake cluster")
+	fs.IntVar(&o.records, "records", 200_000, "records per pcon scenario and per no-op baseline")
+	fs.IntVar(&o.slowRecords, "slow-records", 6_000, "records for the sequential baselines with a sleeping handler")
+	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
+	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *brokers == "" {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench"),
+			kfake.GroupMinSessionTimeout(100*time.Millisecond))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		o.brokers = c.ListenAddrs()
+	} else {
+		o.brokers = splitComma(*brokers)
+	}
+	b := &bench{o: o}
+	need := max(o.records, o.slowRecords)
+	if err := b.produce("bench", need); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "pcon benchmark: Key mode, %d keys, 3 partitions, GOMAXPROCS=%d, MaxInFlight=%d\n\n", o.keys, runtime.GOMAXPROCS(0), o.maxInFlight)
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tpcon rec/s\tbaseline\tbaseline rec/s\tratio\t")
+	for _, lat := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
+		p, err := b.pcon("bench", o.records, lat)
+		if err != nil {
+			return err
+		}
+		baseName := "sarama group, sequential per partition"
+		n := o.slowRecords
+		if lat == 0 {
+			baseName = "sarama group, no-op"
+			n = o.records
+		}
+		s, err := b.sarama("bench", n, lat)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "handler %v\t%.0f\t%s\t%.0f\t%.2fx\t\n", lat, p, baseName, s, p/s)
+	}
+	tw.Flush()
+	if o.memoryRecords > 0 {
+		if err := b.memory(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type bench struct {
+	o      options
+	groups atomic.Int64
+}
+
+func (b *bench) group() string { return "bench-" + strconv.FormatInt(b.groups.Add(1), 10) }
+
+func (b *bench) produce(topic string, n int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.o.brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.MaxBufferedRecords(50_000), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for i := range n {
+		wg.Add(1)
+		r := &kgo.Record{Key: []byte("k" + strconv.Itoa(i%b.o.keys)), Value: []byte("v" + strconv.Itoa(i))}
+		cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if p := failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (b *bench) saramaConfig() *sarama.Config {
+	sc := sarama.NewConfig()
+	sc.Version = sarama.V2_8_0_0
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
+	sc.Consumer.Group.Session.Timeout = 3 * time.Second
+	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	return sc
+}
+
+func sleep(lat time.Duration) {
+	if lat > 0 {
+		time.Sleep(lat)
+	}
+}
+
+// pcon measures records/s of a pcon consumer draining n records.
+func (b *bench) pcon(topic string, n int, lat time.Duration) (float64, error) {
+	var done atomic.Int64
+	finished := make(chan struct{})
+	c, err := pcon.New(pcon.Config{
+		Brokers: b.o.brokers, Group: b.group(), Topics: []string{topic},
+		Sarama: b.saramaConfig(), MaxInFlight: b.o.maxInFlight, RevokeGrace: time.Second,
+	}, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
+		sleep(lat)
+		if done.Add(1) == int64(n) {
+			close(finished)
+		}
+		return nil
+	}))
+	if err != nil {
+		return 0, err
+	}
+	return measure(n, finished, func(ctx context.Context) error { return c.Run(ctx) })
+}
+
+// measure runs consume until finished closes and returns the rate.
+func measure(n int, finished chan struct{}, consume func(context.Context) error) (float64, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	begin := time.Now()
+	go func() { errc <- consume(ctx) }()
+	select {
+	case <-finished:
+	case err := <-errc:
+		cancel()
+		return 0, fmt.Errorf("consumer stopped early: %w", err)
+	}
+	elapsed := time.Since(begin)
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// seqHandler is the baseline: sarama's own consumer group, each partition
+// processed one record at a time.
+type seqHandler struct {
+	lat      time.Duration
+	n        int64
+	done     *atomic.Int64
+	finished chan struct{}
+}
+
+func (seqHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (seqHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (h seqHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for m := range claim.Messages() {
+		sleep(h.lat)
+		sess.MarkMessage(m, "")
+		if h.done.Add(1) == h.n {
+			close(h.finished)
+		}
+	}
+	return nil
+}
+
+func (b *bench) sarama(topic string, n int, lat time.Duration) (float64, error) {
+	g, err := sarama.NewConsumerGroup(b.o.brokers, b.group(), b.saramaConfig())
+	if err != nil {
+		return 0, err
+	}
+	defer g.Close()
+	h := seqHandler{lat: lat, n: int64(n), done: new(atomic.Int64), finished: make(chan struct{})}
+	return measure(n, h.finished, func(ctx context.Context) error {
+		for ctx.Err() == nil {
+			if err := g.Consume(ctx, []string{topic}, h); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// memory consumes a large backlog with a 5 ms handler and samples the heap.
+func (b *bench) memory(out io.Writer) error {
+	const topic = "bench-memory"
+	// kfake auto-creates nothing; a fresh topic keeps the backlog exact.
+	if err := b.createTopic(topic); err != nil {
+		return err
+	}
+	if err := b.produce(topic, b.o.memoryRecords); err != nil {
+		return err
+	}
+	runtime.GC()
+	before := heapBytes()
+	var peak atomic.Uint64
+	peak.Store(before)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if h := heapBytes(); h > peak.Load() {
+					peak.Store(h)
+				}
+			}
+		}
+	}()
+	rate, err := b.pcon(topic, b.o.memoryRecords, 5*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nmemory: %d-record backlog, 5ms handler: %.0f rec/s, peak Go heap %.1f MB (%.1f MB before consuming, which includes the in-process broker's copy of the backlog)\n",
+		b.o.memoryRecords, rate, mb(peak.Load()), mb(before))
+	return nil
+}
+
+func (b *bench) createTopic(topic string) error {
+	admin, err := sarama.NewClusterAdmin(b.o.brokers, b.saramaConfig())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 3, ReplicationFactor: 1}, false)
+	if errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// heapBytes reads the live heap without stopping the world.
+func heapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+func mb(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
