@@ -131,10 +131,11 @@ func (l *Loader) PositiveInt(name string, def int) int {
 	return n
 }
 
-// List returns a comma-separated list without empty items, or def. When
-// allowed is non-empty every item must be one of it.
+// List returns a comma-separated list without empty items, or def; with no
+// def the variable is required. When allowed is non-empty every item must be
+// one of it.
 func (l *Loader) List(name string, def []string, allowed ...string) []string {
-	v, ok := l.get(name, strings.Join(def, ","), false)
+	v, ok := l.get(name, strings.Join(def, ","), len(def) == 0)
 	if !ok {
 		return def
 	}

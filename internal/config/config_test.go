@@ -82,7 +82,8 @@ func TestVarsRecordsWhatWasRead(t *testing.T) {
 	l := config.New(config.FromMap(nil))
 	l.Required("A")
 	l.Duration("B", time.Second)
-	want := []config.Var{{Name: "A", Required: true}, {Name: "B", Default: "1s"}}
+	l.List("C", nil)
+	want := []config.Var{{Name: "A", Required: true}, {Name: "B", Default: "1s"}, {Name: "C", Required: true}}
 	if diff := cmp.Diff(want, l.Vars()); diff != "" {
 		t.Errorf("Vars() mismatch (-want +got):\n%s", diff)
 	}
