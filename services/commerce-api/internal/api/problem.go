@@ -105,7 +105,11 @@ func newProblem(status int, slug, detail string, fields []FieldError) Problem {
 // writeError answers with the problem for err, logging server errors.
 func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	p := problemFor(err)
-	if p.Status >= http.StatusInternalServerError {
+	switch {
+	case r.Context().Err() != nil:
+		// The client went away mid-request; nothing failed on our side.
+		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, "err", err)
+	case p.Status >= http.StatusInternalServerError:
 		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
