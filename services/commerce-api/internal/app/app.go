@@ -12,6 +12,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
@@ -30,6 +31,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		Logger:  logger,
 		Metrics: reg,
 		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+	}
+	if cfg.RedisURL != "" {
+		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		deps.Cache = c
 	}
 	h, err := api.NewHandler(deps)
 	if err != nil {

@@ -1,0 +1,87 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loopers/commerce-pipeline/internal/productcache"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
+)
+
+func TestProductCache(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.RedisURL(t)
+	c, err := cache.NewRedis(ctx, url, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { rdb.Close() })
+	e := newEnv(t, func(d *api.Deps) { d.Cache = c })
+
+	p := e.createProduct(t, "cached", 100, 1)
+	key := productcache.Key(p)
+	path := fmt.Sprintf("/api/v1/products/%d", p)
+	get := func() productBody {
+		t.Helper()
+		return decode[productBody](t, e.do(t, "GET", path, "viewer", ""), http.StatusOK)
+	}
+	exists := func() bool {
+		t.Helper()
+		n, err := rdb.Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+
+	first := get()
+	if ttl := rdb.TTL(ctx, key).Val(); ttl <= 0 || ttl > 30*time.Second {
+		t.Errorf("key %s has TTL %s, want (0, 30s]", key, ttl)
+	}
+	// A change behind the service's back shows only once the entry is gone:
+	// the second read is served from the cache.
+	e.db.Exec(t, `UPDATE products SET name = 'renamed' WHERE id = $1`, p)
+	if diff := cmp.Diff(first, get()); diff != "" {
+		t.Errorf("second read was not served from the cache (-first +second):\n%s", diff)
+	}
+	if n := len(e.db.Events(t, 0)); n != 2 {
+		t.Errorf("%d view events, want one per read (2), cached or not", n)
+	}
+
+	steps := []struct{ name, method, path, user string }{
+		{"like", "POST", path + "/likes", "fan"},
+		{"unlike", "DELETE", path + "/likes", "fan"},
+		{"payment", "POST", fmt.Sprintf("/api/v1/orders/%d/payments", e.createOrder(t, "buyer", [2]int64{p, 1}).ID), "buyer"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			get()
+			if !exists() {
+				t.Fatalf("no cache entry %s after a read", key)
+			}
+			if r := e.do(t, st.method, st.path, st.user, ""); r.Status != http.StatusOK {
+				t.Fatalf("%d %s", r.Status, r.Body)
+			}
+			if exists() {
+				t.Errorf("%s left the cache entry %s", st.name, key)
+			}
+		})
+	}
+	if got := get(); got.Name != "renamed" || got.Stock != 0 {
+		t.Errorf("after invalidation got %+v, want the database's name and stock", got)
+	}
+}
