@@ -199,3 +199,59 @@ func TestOutboxOrderIsCommitOrderPerProduct(t *testing.T) {
 		t.Errorf("replayed like set differs from the likes table (-table +replay):\n%s", diff)
 	}
 }
+
+func TestConcurrentPaymentsOfOneOrder(t *testing.T) {
+	e := newEnv(t)
+	p := e.createProduct(t, "plenty", 10, 100)
+	o := e.createOrder(t, "eve", [2]int64{p, 3})
+	counts := map[int]int{}
+	var mu sync.Mutex
+	race(10, func(int) {
+		s := e.do(t, "POST", fmt.Sprintf("/api/v1/orders/%d/payments", o.ID), "eve", "").Status
+		mu.Lock()
+		counts[s]++
+		mu.Unlock()
+	})
+	if diff := cmp.Diff(map[int]int{http.StatusOK: 1, http.StatusConflict: 9}, counts); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if left := e.db.Int(t, `SELECT stock FROM products WHERE id = $1`, p); left != 97 {
+		t.Errorf("stock %d, want 97", left)
+	}
+	if n := e.db.Int(t, `SELECT count(*) FROM outbox WHERE event_type = 'loopers.order.paid.v1'`); n != 1 {
+		t.Errorf("%d OrderPaid events, want 1", n)
+	}
+}
+
+// TestPaymentsLockProductsInIDOrder pays orders naming the same two
+// products in opposite orders at once; locking in the order of the lines
+// would deadlock (PostgreSQL would abort one side with a 500).
+func TestPaymentsLockProductsInIDOrder(t *testing.T) {
+	const n = 20
+	e := newEnv(t)
+	a := e.createProduct(t, "a", 10, n)
+	b := e.createProduct(t, "b", 20, n)
+	orders := make([]int64, n)
+	for i := range orders {
+		if i%2 == 0 {
+			orders[i] = e.createOrder(t, "u", [2]int64{a, 1}, [2]int64{b, 1}).ID
+		} else {
+			orders[i] = e.createOrder(t, "u", [2]int64{b, 1}, [2]int64{a, 1}).ID
+		}
+	}
+	race(n, func(i int) {
+		if r := e.do(t, "POST", fmt.Sprintf("/api/v1/orders/%d/payments", orders[i]), "u", ""); r.Status != http.StatusOK {
+			t.Errorf("order %d: %d %s", orders[i], r.Status, r.Body)
+		}
+	})
+	var depleted []string
+	for _, ev := range e.db.Events(t, 0) {
+		if ev.Type == "loopers.stock.depleted.v1" {
+			depleted = append(depleted, ev.AggregateID)
+		}
+	}
+	slices.Sort(depleted)
+	if diff := cmp.Diff([]string{strconv.FormatInt(a, 10), strconv.FormatInt(b, 10)}, depleted); diff != "" {
+		t.Errorf("StockDepleted events (-want +got):\n%s", diff)
+	}
+}
