@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTENV := eval "$$(scripts/testenv.sh)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test lint migrate bench run-api dev-kafka
+.PHONY: help test lint migrate bench run-api run-consumers dev-kafka
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ bench: ## run the benchmarks; each prints its baseline and ratio
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api
+
+run-consumers: ## run product-consumers (needs DATABASE_URL, KAFKA_BROKERS, REDIS_URL)
+	$(GO) run ./services/product-consumers
 
 dev-kafka: ## run the in-process dev Kafka broker on 127.0.0.1:9092 with every topic
 	$(GO) run ./cmd/devkafka

@@ -158,8 +158,8 @@ type LikeChange struct {
 // by sequence and adjusts like_count by the real state transitions only, in
 // one transaction. A change not newer than the stored state (a redelivery or
 // a reordered event) changes nothing. Within the batch only the newest change
-// per (user, product) counts. It returns the like_count delta per product.
-func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map[int64]int64, err error) {
+// per (user, product) counts.
+func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res LikesApplied, err error) {
 	type userProduct struct {
 		user    string
 		product int64
@@ -184,7 +184,7 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map
 	}
 	productIDs := slices.Compact(slices.Clone(products))
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		delta = map[int64]int64{}
+		res = LikesApplied{Delta: map[int64]int64{}}
 		// While partitions move between group members, two members can briefly
 		// handle the same product. Serialising per product makes the state read
 		// below the one the update replaces, including for rows not yet there
@@ -209,7 +209,8 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map
 			)
 			SELECT up.product_id,
 			       sum(CASE WHEN up.liked = coalesce(old.liked, false) THEN 0
-			                WHEN up.liked THEN 1 ELSE -1 END)::bigint
+			                WHEN up.liked THEN 1 ELSE -1 END)::bigint,
+			       count(*) FILTER (WHERE up.liked <> coalesce(old.liked, false))
 			FROM up LEFT JOIN old USING (user_id, product_id)
 			GROUP BY up.product_id
 			ORDER BY up.product_id`, users, products, liked, seqs)
@@ -217,7 +218,7 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map
 			return err
 		}
 		type change struct {
-			Product, Delta int64
+			Product, Delta, Transitions int64
 		}
 		moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[change])
 		if err != nil {
@@ -225,9 +226,10 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map
 		}
 		ids, d := make([]int64, 0, len(moved)), make([]int64, 0, len(moved))
 		for _, m := range moved {
+			res.Transitions += int(m.Transitions)
 			if m.Delta != 0 {
 				ids, d = append(ids, m.Product), append(d, m.Delta)
-				delta[m.Product] = m.Delta
+				res.Delta[m.Product] = m.Delta
 			}
 		}
 		_, err = tx.Exec(ctx, `
@@ -237,7 +239,13 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (delta map
 			SET like_count = m.like_count + EXCLUDED.like_count, updated_at = now()`, ids, d)
 		return err
 	})
-	return delta, err
+	return res, err
+}
+
+// LikesApplied is what ApplyLikes changed.
+type LikesApplied struct {
+	Delta       map[int64]int64 // like_count change per product, zero changes left out
+	Transitions int             // (user, product) states that flipped
 }
 
 // PurgeHandled deletes idempotency records older than maxAge, chunk rows per

@@ -113,8 +113,12 @@ func TestApplyLikes(t *testing.T) {
 		batch     []store.LikeChange
 		wantDelta map[int64]int64
 	}
-	like := func(u string, p, seq int64) store.LikeChange { return store.LikeChange{UserID: u, ProductID: p, Liked: true, Sequence: seq} }
-	cancel := func(u string, p, seq int64) store.LikeChange { return store.LikeChange{UserID: u, ProductID: p, Liked: false, Sequence: seq} }
+	like := func(u string, p, seq int64) store.LikeChange {
+		return store.LikeChange{UserID: u, ProductID: p, Liked: true, Sequence: seq}
+	}
+	cancel := func(u string, p, seq int64) store.LikeChange {
+		return store.LikeChange{UserID: u, ProductID: p, Liked: false, Sequence: seq}
+	}
 	tests := []struct {
 		name      string
 		steps     []step
@@ -144,11 +148,11 @@ func TestApplyLikes(t *testing.T) {
 			ctx := context.Background()
 			s, conn := open(t)
 			for i, st := range tc.steps {
-				delta, err := s.ApplyLikes(ctx, st.batch)
+				res, err := s.ApplyLikes(ctx, st.batch)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if diff := cmp.Diff(st.wantDelta, delta); diff != "" {
+				if diff := cmp.Diff(st.wantDelta, res.Delta); diff != "" {
 					t.Errorf("step %d delta mismatch (-want +got):\n%s", i, diff)
 				}
 			}

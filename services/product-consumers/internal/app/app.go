@@ -1,0 +1,149 @@
+// Package app wires product-consumers: the store, the cache, one pcon
+// consumer per enabled group, the purge job and the admin server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-co-op/gocron/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
+	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
+	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
+)
+
+// purgeChunk bounds the rows one purge statement deletes.
+const purgeChunk = 1000
+
+// Run runs the enabled consumers until ctx ends, then shuts them down: each
+// stops taking records, gives those in flight its grace period, commits what
+// completed and leaves its group. adminReady, when not nil, receives the
+// admin server's address once it listens.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
+	st, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer st.Close()
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg)
+	if err != nil {
+		return err
+	}
+	var consumers []*pcon.Consumer
+	for _, name := range cfg.Consumers {
+		spec, err := h.Spec(name)
+		if err != nil {
+			return err
+		}
+		c, err := pcon.New(pcon.Config{
+			Brokers:     cfg.KafkaBrokers,
+			Group:       spec.Group,
+			Topics:      []string{spec.Topic},
+			Sarama:      saramaConfig(),
+			MaxInFlight: cfg.MaxInFlight,
+			MaxAttempts: cfg.MaxAttempts,
+			Backoff:     cfg.RetryBackoff,
+			DLTSuffix:   events.DLTSuffix,
+			Logger:      logger.With("consumer", name, "group", spec.Group),
+		}, spec.Handler)
+		if err != nil {
+			return fmt.Errorf("consumer %s: %w", name, err)
+		}
+		// One collector per consumer; the consumer label keeps their series apart.
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
+			return fmt.Errorf("consumer %s metrics: %w", name, err)
+		}
+		consumers = append(consumers, c)
+	}
+
+	sched, err := gocron.NewScheduler()
+	if err != nil {
+		return fmt.Errorf("scheduler: %w", err)
+	}
+	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
+		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, purgeChunk)
+		if err != nil {
+			logger.Error("purge event_handled failed", "err", err)
+			return
+		}
+		if n > 0 {
+			logger.Info("purged event_handled", "deleted", n, "olderThan", cfg.HandledRetention.String())
+		}
+	}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx)); err != nil {
+		return fmt.Errorf("purge job: %w", err)
+	}
+	sched.Start()
+	defer sched.Shutdown() //nolint:errcheck // nothing left to do with a failed shutdown
+
+	mux := http.NewServeMux()
+	httpserver.Ops(mux, reg, map[string]httpserver.Check{
+		"database": st.Ping,
+		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(consumers)+1)
+	wg.Go(func() { errs <- httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, mux), adminReady) })
+	for i, c := range consumers {
+		wg.Go(func() {
+			if err := c.Run(ctx); err != nil {
+				errs <- fmt.Errorf("consumer %s: %w", cfg.Consumers[i], err)
+				return
+			}
+			errs <- nil
+		})
+	}
+	logger.Info("product-consumers started", "consumers", cfg.Consumers, "admin", cfg.AdminAddr)
+	// The first to stop, for whatever reason, stops the rest.
+	first := <-errs
+	cancel()
+	wg.Wait()
+	close(errs)
+	all := []error{first}
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(slices.DeleteFunc(all, func(e error) bool { return e == nil })...)
+}
+
+func saramaConfig() *sarama.Config {
+	c := sarama.NewConfig()
+	c.Version = sarama.V3_6_0_0
+	c.ClientID = "product-consumers"
+	// A new group reads from the beginning so that events published before
+	// its first start are aggregated too; afterwards committed offsets rule.
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Group.Session.Timeout = 10 * time.Second
+	c.Consumer.Group.Heartbeat.Interval = time.Second
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	return c
+}
+
+type redisCache struct{ c *redis.Client }
+
+func (r redisCache) Del(ctx context.Context, keys ...string) error { return r.c.Del(ctx, keys...).Err() }

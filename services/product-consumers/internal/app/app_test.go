@@ -1,0 +1,297 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/productcache"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/app"
+)
+
+func TestLoadConfig(t *testing.T) {
+	base := map[string]string{"DATABASE_URL": "postgres://h/db", "KAFKA_BROKERS": "a:9092,b:9092", "REDIS_URL": "redis://h:6379/0"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for a, b := range base {
+			m[a] = b
+		}
+		m[k] = v
+		return m
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+	}{
+		{"defaults", base, ""},
+		{"nothing set", map[string]string{}, "DATABASE_URL: is required"},
+		{"no brokers", with("KAFKA_BROKERS", ""), "KAFKA_BROKERS: is required"},
+		{"unknown consumer", with("CONSUMERS", "like,refund"), `CONSUMERS: unknown item "refund"`},
+		{"zero backoff", with("CONSUMER_RETRY_BACKOFF", "0s"), "CONSUMER_RETRY_BACKOFF: must be positive"},
+		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
+		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
+		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := app.LoadConfig(config.FromMap(tc.env))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := app.Config{DatabaseURL: "postgres://h/db", DBMaxConns: 16, KafkaBrokers: []string{"a:9092", "b:9092"},
+					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
+					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour}
+				if diff := cmp.Diff(want, cfg); diff != "" {
+					t.Errorf("config mismatch (-want +got):\n%s", diff)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("LoadConfig error = %v, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestConsumersAggregate runs every consumer against real PostgreSQL, Redis and
+// an in-process broker, with redelivered events, an unknown event type and a
+// record that is no CloudEvent at all.
+func TestConsumersAggregate(t *testing.T) {
+	ctx := context.Background()
+	reg := events.NewRegistry()
+	kafka := testenv.Kafka(t, reg.AllTopics()...)
+	dbURL := testenv.DatabaseURL(t)
+	redisURL := testenv.RedisURL(t)
+	ropts, _ := redis.ParseURL(redisURL)
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	if err := rdb.Set(ctx, productcache.Key(3), "cached", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	sc := sarama.NewConfig()
+	sc.Producer.Return.Successes = true
+	sp, err := sarama.NewSyncProducer(kafka.ListenAddrs(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	var seq int64
+	send := func(topic string, rec events.Record, id string) {
+		t.Helper()
+		seq++
+		ce, err := reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: time.Now(), Sequence: seq, Record: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(rec.AggregateID)}
+		if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&ce), pm); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := sp.SendMessage(pm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	event := func(ev any) events.Record {
+		t.Helper()
+		rec, err := reg.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	// Orders: one redelivered.
+	paid := event(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 700, Items: []events.OrderItem{{ProductID: 1, Quantity: 2, UnitPrice: 200}, {ProductID: 2, Quantity: 3, UnitPrice: 100}}})
+	send("order-events", paid, "00000000-0000-0000-0000-000000000001")
+	send("order-events", paid, "00000000-0000-0000-0000-000000000001")
+	send("order-events", event(events.OrderPaidV1{OrderID: 2, PaymentID: 2, Amount: 200, Items: []events.OrderItem{{ProductID: 1, Quantity: 1, UnitPrice: 200}}}), uuid.NewString())
+	// Views: 5 distinct, one redelivered.
+	for i := range 5 {
+		id := uuid.NewString()
+		send("product-events", event(events.ProductViewedV1{ProductID: int64(1 + i%2)}), id)
+		if i == 0 {
+			send("product-events", event(events.ProductViewedV1{ProductID: 1}), id)
+		}
+	}
+	// Likes: u1 likes, cancels, likes product 1; u2 likes product 1 and 2; a
+	// poison record in the middle of product 1's stream.
+	send("like-events", event(events.LikeCreatedV1{UserID: "u1", ProductID: 1}), uuid.NewString())
+	send("like-events", event(events.LikeCanceledV1{UserID: "u1", ProductID: 1}), uuid.NewString())
+	poison := events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "1", Data: []byte(`{}`)}
+	send("like-events", poison, "00000000-0000-0000-0000-00000000dead")
+	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: "like-events", Key: sarama.StringEncoder("1"), Value: sarama.StringEncoder("not a cloudevent")}); err != nil {
+		t.Fatal(err)
+	}
+	send("like-events", event(events.LikeCreatedV1{UserID: "u1", ProductID: 1}), uuid.NewString())
+	send("like-events", event(events.LikeCreatedV1{UserID: "u2", ProductID: 1}), uuid.NewString())
+	send("like-events", event(events.LikeCreatedV1{UserID: "u2", ProductID: 2}), uuid.NewString())
+	// Stock.
+	send("stock-events", event(events.StockDepletedV1{ProductID: 3}), uuid.NewString())
+
+	cfg, err := app.LoadConfig(config.FromMap(map[string]string{
+		"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(kafka.ListenAddrs(), ","), "REDIS_URL": redisURL,
+		"ADMIN_ADDR": "127.0.0.1:0", "CONSUMER_RETRY_BACKOFF": "10ms",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	adminReady := make(chan string, 1)
+	go func() { done <- app.Run(runCtx, cfg, logger, adminReady) }()
+	admin := <-adminReady
+
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	type m struct{ Likes, Sales, Amount, Views int64 }
+	want := map[int64]m{1: {Likes: 2, Sales: 3, Amount: 600, Views: 3}, 2: {Likes: 1, Sales: 3, Amount: 300, Views: 2}}
+	var got map[int64]m
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got = map[int64]m{}
+		rows, err := conn.Query(ctx, `SELECT product_id, like_count, sales_count, sales_amount, view_count FROM product_metrics`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			var v m
+			if err := rows.Scan(&id, &v.Likes, &v.Sales, &v.Amount, &v.Views); err != nil {
+				t.Fatal(err)
+			}
+			got[id] = v
+		}
+		if cmp.Equal(want, got) || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned early: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("product_metrics mismatch (-want +got):\n%s", diff)
+	}
+	for rdb.Exists(ctx, productcache.Key(3)).Val() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the depleted product's cache entry was never deleted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Both bad records are in the dead-letter topic with their origin.
+	dlt := readAll(t, kafka.ListenAddrs(), "like-events.DLT", 2)
+	var sawPoison, sawGarbage bool
+	for _, r := range dlt {
+		h := headers(r)
+		if h[pcon.HeaderOriginalTopic] != "like-events" || h[pcon.HeaderConsumerGroup] != "product-like-consumer" || h[pcon.HeaderError] == "" {
+			t.Errorf("dead letter lacks origin headers: %v", h)
+		}
+		if h[pcon.HeaderAttempts] != "1" {
+			t.Errorf("a permanent failure was tried %s times, want 1", h[pcon.HeaderAttempts])
+		}
+		sawPoison = sawPoison || h["ce_type"] == "loopers.like.exploded.v1"
+		sawGarbage = sawGarbage || string(r.Value) == "not a cloudevent"
+	}
+	if !sawPoison || !sawGarbage {
+		t.Errorf("dead letters: unknown type %v, not a CloudEvent %v; want both", sawPoison, sawGarbage)
+	}
+
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, series := range []string{
+		`pcon_processed_total{consumer="order",group="product-order-consumer",partition=`,
+		`pcon_dead_lettered_total{consumer="like",group="product-like-consumer",partition=`,
+		`product_consumer_events_total{consumer="order",outcome="duplicate"} 1`,
+		`product_consumer_events_total{consumer="view",outcome="applied"} 5`,
+	} {
+		if !strings.Contains(string(body), series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v after shutdown, want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after shutdown")
+	}
+}
+
+func readAll(t *testing.T, brokers []string, topic string, want int) []*sarama.ConsumerMessage {
+	t.Helper()
+	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan *sarama.ConsumerMessage, 100)
+	for _, p := range parts {
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				out <- m
+			}
+		}()
+	}
+	var got []*sarama.ConsumerMessage
+	timeout := time.After(30 * time.Second)
+	for len(got) < want {
+		select {
+		case m := <-out:
+			got = append(got, m)
+		case <-timeout:
+			t.Fatalf("read %d records from %s, want %d", len(got), topic, want)
+		}
+	}
+	return got
+}
+
+func headers(m *sarama.ConsumerMessage) map[string]string {
+	h := map[string]string{}
+	for _, r := range m.Headers {
+		h[string(r.Key)] = string(r.Value)
+	}
+	return h
+}
+

@@ -1,0 +1,230 @@
+// Package consumer turns product events into aggregate updates: one pcon
+// handler per consumer group, each decoding CloudEvents with pkg/events and
+// applying them through the store exactly once.
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/productcache"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
+)
+
+// The consumers this service can run, by the name CONSUMERS uses.
+const (
+	Like  = "like"
+	Order = "order"
+	View  = "view"
+	Stock = "stock"
+)
+
+// Names lists every consumer, in the order CONSUMERS documents.
+var Names = []string{Like, Order, View, Stock}
+
+// Spec is what a consumer group needs: its group, its topic and its handler.
+type Spec struct {
+	Name    string
+	Group   string
+	Topic   string
+	Handler pcon.Handler
+}
+
+// Cache deletes cached product details.
+type Cache interface {
+	Del(ctx context.Context, keys ...string) error
+}
+
+// Handlers builds the consumers' handlers.
+type Handlers struct {
+	reg     *events.Registry
+	store   *store.Store
+	cache   Cache
+	logger  *slog.Logger
+	outcome *prometheus.CounterVec
+}
+
+// New returns Handlers applying events to st and deleting entries of cache.
+// It registers its counters on metrics.
+func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger, metrics prometheus.Registerer) (*Handlers, error) {
+	outcome := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "product_consumer_events_total",
+		Help: "Events handled by each product consumer, by outcome: applied, or duplicate (already handled, superseded in its batch, or no newer than the stored state).",
+	}, []string{"consumer", "outcome"})
+	if err := metrics.Register(outcome); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome}, nil
+}
+
+// Spec returns the spec of the named consumer.
+func (h *Handlers) Spec(name string) (Spec, error) {
+	switch name {
+	case Like:
+		return Spec{name, "product-like-consumer", "like-events", pcon.BatchHandler(h.likes)}, nil
+	case Order:
+		return Spec{name, "product-order-consumer", "order-events", pcon.RecordHandler(h.order)}, nil
+	case View:
+		return Spec{name, "product-view-consumer", "product-events", pcon.BatchHandler(h.views)}, nil
+	case Stock:
+		return Spec{name, "product-stock-consumer", "stock-events", pcon.RecordHandler(h.stock)}, nil
+	}
+	return Spec{}, fmt.Errorf("unknown consumer %q", name)
+}
+
+func (h *Handlers) count(consumer, outcome string, n int) {
+	if n > 0 {
+		h.outcome.WithLabelValues(consumer, outcome).Add(float64(n))
+	}
+}
+
+// decode reads a record as a CloudEvent in binary content mode and maps it to
+// a domain event. Anything that is not one of ours fails permanently: no
+// retry can make it decodable.
+func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, error) {
+	cm := &sarama.ConsumerMessage{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+	for _, hd := range r.Headers {
+		cm.Headers = append(cm.Headers, &sarama.RecordHeader{Key: hd.Key, Value: hd.Value})
+	}
+	ce, err := binding.ToEvent(ctx, kafka_sarama.NewMessageFromConsumerMessage(cm))
+	if err != nil {
+		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: not a CloudEvent: %v", events.ErrBadData, err))
+	}
+	msg, err := h.reg.FromCloudEvent(*ce)
+	if err != nil {
+		return events.Message{}, pcon.Permanent(err)
+	}
+	return msg, nil
+}
+
+func unexpected(msg events.Message) error {
+	return pcon.Permanent(fmt.Errorf("event %s: type %s does not belong on this topic: %w", msg.ID, msg.Type, events.ErrUnknownType))
+}
+
+func idempotencyKey(group string, msg events.Message) string { return group + ":" + msg.ID }
+
+func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
+	const group = "product-order-consumer"
+	msg, err := h.decode(ctx, r)
+	if err != nil {
+		return err
+	}
+	paid, ok := msg.Event.(events.OrderPaidV1)
+	if !ok {
+		return unexpected(msg)
+	}
+	sales := make([]store.Sale, len(paid.Items))
+	for i, it := range paid.Items {
+		sales[i] = store.Sale{ProductID: it.ProductID, Quantity: it.Quantity, Amount: it.Quantity * it.UnitPrice}
+	}
+	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(group, msg), sales)
+	if err != nil {
+		return err
+	}
+	if !applied {
+		h.logger.Debug(fmt.Sprintf("Event already handled: type=%s, id=%s, action=skip", msg.Type, msg.ID), "type", msg.Type, "id", msg.ID)
+		h.count(Order, "duplicate", 1)
+		return nil
+	}
+	h.count(Order, "applied", 1)
+	return nil
+}
+
+func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
+	msg, err := h.decode(ctx, r)
+	if err != nil {
+		return err
+	}
+	depleted, ok := msg.Event.(events.StockDepletedV1)
+	if !ok {
+		return unexpected(msg)
+	}
+	// Deleting is idempotent, so no idempotency record is needed.
+	if err := h.cache.Del(ctx, productcache.Key(depleted.ProductID)); err != nil {
+		return fmt.Errorf("invalidate product %d: %w", depleted.ProductID, err)
+	}
+	h.count(Stock, "applied", 1)
+	return nil
+}
+
+// decodeBatch decodes every record of a batch; those that fail are reported
+// by index in failed, the others returned with their index.
+func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) bool) (ok []events.Message, failed map[int]error) {
+	failed = map[int]error{}
+	for i, r := range rs {
+		msg, err := h.decode(ctx, r)
+		if err == nil && !accept(msg) {
+			err = unexpected(msg)
+		}
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		ok = append(ok, msg)
+	}
+	return ok, failed
+}
+
+func batchResult(failed map[int]error) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	return &pcon.BatchError{Failed: failed}
+}
+
+func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
+	const group = "product-view-consumer"
+	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
+		_, ok := m.Event.(events.ProductViewedV1)
+		return ok
+	})
+	views := make([]store.View, len(msgs))
+	for i, m := range msgs {
+		views[i] = store.View{IdempotencyKey: idempotencyKey(group, m), ProductID: m.Event.(events.ProductViewedV1).ProductID}
+	}
+	if len(views) > 0 {
+		applied, err := h.store.ApplyViews(ctx, views)
+		if err != nil {
+			return err // every record of the batch is retried
+		}
+		h.count(View, "applied", applied)
+		h.count(View, "duplicate", len(views)-applied)
+	}
+	return batchResult(failed)
+}
+
+func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
+	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
+		switch m.Event.(type) {
+		case events.LikeCreatedV1, events.LikeCanceledV1:
+			return true
+		}
+		return false
+	})
+	changes := make([]store.LikeChange, len(msgs))
+	for i, m := range msgs {
+		switch ev := m.Event.(type) {
+		case events.LikeCreatedV1:
+			changes[i] = store.LikeChange{UserID: ev.UserID, ProductID: ev.ProductID, Liked: true, Sequence: m.Sequence}
+		case events.LikeCanceledV1:
+			changes[i] = store.LikeChange{UserID: ev.UserID, ProductID: ev.ProductID, Liked: false, Sequence: m.Sequence}
+		}
+	}
+	if len(changes) > 0 {
+		res, err := h.store.ApplyLikes(ctx, changes)
+		if err != nil {
+			return err
+		}
+		h.count(Like, "applied", res.Transitions)
+		h.count(Like, "duplicate", len(changes)-res.Transitions)
+	}
+	return batchResult(failed)
+}
