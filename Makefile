@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTENV := eval "$$(scripts/testenv.sh)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test lint migrate bench run-api run-consumers dev-kafka
+.PHONY: help test lint migrate bench dev run-api run-consumers dev-kafka
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ migrate: ## apply the schema migrations to DATABASE_URL
 
 bench: ## run the benchmarks; each prints its baseline and ratio
 	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
+
+dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C
+	@scripts/dev.sh
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api

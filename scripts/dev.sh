@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# make dev: runs the whole pipeline on this machine without Docker, in the
+# foreground, until Ctrl-C: PostgreSQL (DATABASE_URL, or the machine's own
+# server), Redis (REDIS_URL, or a local one), the in-process dev Kafka broker
+# with every topic, the migrations, and the three services. Ctrl-C or SIGTERM
+# stops every process it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+API_ADDR=127.0.0.1:8080
+RELAY_ADMIN=127.0.0.1:8081
+CONSUMERS_ADMIN=127.0.0.1:8082
+KAFKA_PORT=9092
+STATE=.dev
+mkdir -p "$STATE/bin" "$STATE/logs"
+
+if [ -n "${DATABASE_URL:-}" ]; then
+  pg_answers "$DATABASE_URL" || die "DATABASE_URL does not answer: $DATABASE_URL"
+  db_url=$DATABASE_URL
+else
+  admin=$(local_postgres)
+  if [ "$(psql "$admin" -tAc "SELECT 1 FROM pg_database WHERE datname = 'commerce'")" != 1 ]; then
+    psql "$admin" -qc 'CREATE DATABASE commerce' >&2
+  fi
+  db_url=${admin/\/postgres\?/\/commerce?}
+fi
+redis_url=${REDIS_URL:-}
+if [ -z "$redis_url" ]; then redis_url=$(local_redis); fi
+
+log "building"
+go build -o "$STATE/bin/" ./cmd/devkafka ./cmd/migrate ./services/commerce-api ./services/outbox-relay ./services/product-consumers
+
+log "migrating $db_url"
+DATABASE_URL=$db_url "$STATE/bin/migrate" 2>>"$STATE/logs/migrate.log"
+
+pids=()
+stop_all() {
+  trap - EXIT INT TERM
+  if [ ${#pids[@]} -gt 0 ]; then
+    log "stopping"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+  fi
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+start() { # name, then env assignments and the command
+  local name=$1; shift
+  env "$@" >>"$STATE/logs/$name.log" 2>&1 &
+  pids+=($!)
+}
+
+wait_http() { # name url
+  for _ in $(seq 1 100); do
+    curl -fsS -o /dev/null "$2" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  die "$1 did not become ready at $2; see $STATE/logs/$1.log"
+}
+
+start kafka "$STATE/bin/devkafka" -port "$KAFKA_PORT"
+for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
+(exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null || die "the dev Kafka broker did not start; see $STATE/logs/kafka.log"
+
+brokers=127.0.0.1:$KAFKA_PORT
+start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" "$STATE/bin/commerce-api"
+start outbox-relay DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" ADMIN_ADDR="$RELAY_ADMIN" "$STATE/bin/outbox-relay"
+start product-consumers DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" REDIS_URL="$redis_url" ADMIN_ADDR="$CONSUMERS_ADMIN" "$STATE/bin/product-consumers"
+wait_http commerce-api "http://$API_ADDR/readyz"
+wait_http outbox-relay "http://$RELAY_ADMIN/healthz"
+wait_http product-consumers "http://$CONSUMERS_ADMIN/readyz"
+
+cat <<MSG
+
+The pipeline is running. Ctrl-C stops it.
+
+  commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
+  outbox-relay admin  http://$RELAY_ADMIN/metrics
+  consumers admin     http://$CONSUMERS_ADMIN/metrics
+  Kafka (dev broker)  $brokers
+  PostgreSQL          $db_url
+  Redis               $redis_url
+  logs                $STATE/logs/
+
+Try:
+  curl -s -XPOST localhost:8080/api/v1/products -d '{"name":"Keyboard","price":50000,"stock":3}'
+  curl -s -XPOST localhost:8080/api/v1/products/1/likes -H 'X-User-ID: alice'
+  curl -s localhost:8080/api/v1/products/1 -H 'X-User-ID: bob'
+  curl -s -XPOST localhost:8080/api/v1/orders -H 'X-User-ID: bob' -d '{"items":[{"productId":1,"quantity":2}]}'
+  curl -s -XPOST localhost:8080/api/v1/orders/1/payments -H 'X-User-ID: bob'
+  curl -s 'localhost:8080/api/v1/products?sort=likes_desc'
+
+MSG
+
+# Run until interrupted, or until a process dies on its own.
+set +e
+wait -n "${pids[@]}"
+status=$?
+log "a process exited (status $status); see $STATE/logs/"
+exit "$status"
