@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,8 @@ type options struct {
 	memoryRecords int
 	keys          int
 	maxInFlight   int
+	memProfile    string
+	cpuProfile    string
 }
 
 func main() {
@@ -54,8 +57,21 @@ func run(out io.Writer, args []string) error {
 	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
 	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight")
+	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile taken at the memory scenario's peak to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench"),
@@ -142,6 +158,10 @@ func (b *bench) saramaConfig() *sarama.Config {
 	sc.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
 	sc.Consumer.Group.Session.Timeout = 3 * time.Second
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	// sarama decodes a whole fetch response at once; with compressed
+	// batches of small records 1 MiB per partition is ~100k live messages.
+	// Both pcon and the baseline use this configuration.
+	sc.Consumer.Fetch.Default = 256 << 10
 	return sc
 }
 
@@ -153,37 +173,61 @@ func sleep(lat time.Duration) {
 
 // pcon measures records/s of a pcon consumer draining n records.
 func (b *bench) pcon(topic string, n int, lat time.Duration) (float64, error) {
-	var done atomic.Int64
-	finished := make(chan struct{})
+	prog := newProgress(n)
 	c, err := pcon.New(pcon.Config{
 		Brokers: b.o.brokers, Group: b.group(), Topics: []string{topic},
 		Sarama: b.saramaConfig(), MaxInFlight: b.o.maxInFlight, RevokeGrace: time.Second,
 	}, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 		sleep(lat)
-		if done.Add(1) == int64(n) {
-			close(finished)
-		}
+		prog.add()
 		return nil
 	}))
 	if err != nil {
 		return 0, err
 	}
-	return measure(n, finished, func(ctx context.Context) error { return c.Run(ctx) })
+	return measure(prog, c.Run)
 }
 
-// measure runs consume until finished closes and returns the rate.
-func measure(n int, finished chan struct{}, consume func(context.Context) error) (float64, error) {
+// progress counts handled records. The clock starts at the first record,
+// so the time to join the group is left out of both pcon's and the
+// baseline's rate.
+type progress struct {
+	n        int64
+	done     atomic.Int64
+	first    atomic.Int64 // unix nanos of the first record
+	last     time.Time
+	finished chan struct{}
+}
+
+func newProgress(n int) *progress { return &progress{n: int64(n), finished: make(chan struct{})} }
+
+func (p *progress) add() {
+	switch p.done.Add(1) {
+	case 1:
+		p.first.Store(time.Now().UnixNano())
+		if p.n == 1 {
+			p.last = time.Now()
+			close(p.finished)
+		}
+	case p.n:
+		p.last = time.Now()
+		close(p.finished)
+	}
+}
+
+// measure runs consume until every record is handled and returns the rate.
+func measure(p *progress, consume func(context.Context) error) (float64, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	begin := time.Now()
 	go func() { errc <- consume(ctx) }()
 	select {
-	case <-finished:
+	case <-p.finished:
 	case err := <-errc:
 		cancel()
 		return 0, fmt.Errorf("consumer stopped early: %w", err)
 	}
-	elapsed := time.Since(begin)
+	elapsed := p.last.Sub(time.Unix(0, p.first.Load()))
+	n := p.n
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		return 0, err
@@ -194,10 +238,8 @@ func measure(n int, finished chan struct{}, consume func(context.Context) error)
 // seqHandler is the baseline: sarama's own consumer group, each partition
 // processed one record at a time.
 type seqHandler struct {
-	lat      time.Duration
-	n        int64
-	done     *atomic.Int64
-	finished chan struct{}
+	lat  time.Duration
+	prog *progress
 }
 
 func (seqHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
@@ -206,9 +248,7 @@ func (h seqHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.
 	for m := range claim.Messages() {
 		sleep(h.lat)
 		sess.MarkMessage(m, "")
-		if h.done.Add(1) == h.n {
-			close(h.finished)
-		}
+		h.prog.add()
 	}
 	return nil
 }
@@ -219,8 +259,8 @@ func (b *bench) sarama(topic string, n int, lat time.Duration) (float64, error) 
 		return 0, err
 	}
 	defer g.Close()
-	h := seqHandler{lat: lat, n: int64(n), done: new(atomic.Int64), finished: make(chan struct{})}
-	return measure(n, h.finished, func(ctx context.Context) error {
+	h := seqHandler{lat: lat, prog: newProgress(n)}
+	return measure(h.prog, func(ctx context.Context) error {
 		for ctx.Err() == nil {
 			if err := g.Consume(ctx, []string{topic}, h); err != nil {
 				return err
@@ -258,6 +298,7 @@ func (b *bench) memory(out io.Writer) error {
 			case <-t.C:
 				if h := heapBytes(); h > peak.Load() {
 					peak.Store(h)
+					b.writeHeapProfile()
 				}
 			}
 		}
@@ -271,6 +312,18 @@ func (b *bench) memory(out io.Writer) error {
 	fmt.Fprintf(out, "\nmemory: %d-record backlog, 5ms handler: %.0f rec/s, peak Go heap %.1f MB (%.1f MB before consuming, which includes the in-process broker's copy of the backlog)\n",
 		b.o.memoryRecords, rate, mb(peak.Load()), mb(before))
 	return nil
+}
+
+func (b *bench) writeHeapProfile() {
+	if b.o.memProfile == "" {
+		return
+	}
+	f, err := os.Create(b.o.memProfile)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 func (b *bench) createTopic(topic string) error {

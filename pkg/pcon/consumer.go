@@ -196,7 +196,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 		c.shutdownEngine()
 		return fmt.Errorf("pcon: consumer group: %w", err)
 	}
-	c.pause.attach(group)
 	errsDone := make(chan struct{})
 	go func() {
 		defer close(errsDone)
@@ -206,7 +205,6 @@ func (c *Consumer) Run(ctx context.Context) (err error) {
 	}()
 	defer func() {
 		c.shutdownEngine()
-		c.pause.attach(nil)
 		closeLogged(c.log, "consumer group", group.Close)
 		<-errsDone
 	}()
@@ -307,43 +305,37 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	return nil
 }
 
-// pauser applies backpressure to the consumer group. It remembers the state
-// so that partitions claimed while paused start paused.
+// pauser applies backpressure by stopping the partition feeders: they stop
+// taking records from sarama, whose bounded buffers then hold back further
+// fetches. sarama's own Pause API is not used: a consumer with every
+// partition paused sleeps 100 ms before it notices a resume, which at high
+// rates leaves the handlers idle on every resume.
 type pauser struct {
-	mu     sync.Mutex
-	paused bool
-	group  sarama.ConsumerGroup
-}
-
-func (p *pauser) attach(g sarama.ConsumerGroup) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.group = g
+	mu      sync.Mutex
+	resumed chan struct{} // nil while not paused; closed on resume
 }
 
 func (p *pauser) set(paused bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.paused = paused
 	switch {
-	case p.group == nil:
-	case paused:
-		p.group.PauseAll()
-	default:
-		p.group.ResumeAll()
+	case paused && p.resumed == nil:
+		p.resumed = make(chan struct{})
+	case !paused && p.resumed != nil:
+		close(p.resumed)
+		p.resumed = nil
 	}
 }
 
-func (p *pauser) claimed(topic string, partition int32) {
+// wait returns a channel that is closed when fetching may continue, or nil
+// if it may continue now.
+func (p *pauser) wait() <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.paused && p.group != nil {
-		p.group.Pause(map[string][]int32{topic: {partition}})
+	if p.resumed == nil {
+		return nil
 	}
+	return p.resumed
 }
 
-func (p *pauser) isPaused() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.paused
-}
+func (p *pauser) isPaused() bool { return p.wait() != nil }

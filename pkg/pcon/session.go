@@ -106,11 +106,18 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	c := h.c
 	tp := engine.TP{Topic: claim.Topic(), Partition: claim.Partition()}
 	epoch := c.core.Assign(tp, claim.InitialOffset(), h.meta[tp])
-	c.pause.claimed(tp.Topic, tp.Partition)
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
 	for open := true; open; {
+		if resumed := c.pause.wait(); resumed != nil {
+			select {
+			case <-resumed:
+			case <-ctx.Done():
+				open = false
+				continue
+			}
+		}
 		select {
 		case <-ctx.Done():
 			open = false

@@ -5,8 +5,8 @@
 // Complete.
 //
 // Concurrency: every method is safe for concurrent use. One mutex guards all
-// state; Deps callbacks other than DeadLetter are invoked with it held and
-// must not call back into Core.
+// state. SetPaused is invoked with it held and must not call back into Core;
+// Submit and DeadLetter are invoked without it.
 package core
 
 import (
@@ -46,7 +46,8 @@ type Config struct {
 
 // Deps are the control plane's effects on the world.
 type Deps struct {
-	// Submit hands a task to the engine. Called with the lock held.
+	// Submit hands a task to the engine. Called without the lock, so that
+	// starting work never holds up completions.
 	Submit func(engine.Task) error
 	// SetPaused pauses or resumes fetching. Called with the lock held.
 	SetPaused func(paused bool)
@@ -89,6 +90,7 @@ type Core struct {
 	queued   int               // received, waiting for their turn
 	waiting  int               // failed, waiting for a retry
 	paused   bool
+	outbox   []engine.Task // dispatched under the lock, submitted after it
 	stats    map[engine.TP]*Counters
 	latency  map[string]*Histogram
 }
@@ -151,7 +153,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 // logEnd is the partition's log end offset as last seen by the fetcher.
 func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockAndSubmit()
 	p := c.parts[tp]
 	if p == nil || p.epoch != epoch || p.revoking {
 		return
@@ -240,20 +242,47 @@ func (c *Core) dispatchable(p *part) bool {
 func (c *Core) startLocked(p *part) {
 	it := p.ready.pop()
 	it.attempts++
-	t := engine.Task{TP: p.tp, Offset: it.off, Epoch: p.epoch, Size: it.size, Payload: it}
-	if err := c.deps.Submit(t); err != nil {
-		// Only a closed engine refuses work; the record stays incomplete
-		// and is redelivered to the next owner.
-		it.attempts--
-		p.ready.push(it)
-		c.closed = true
-		c.log.Warn("pcon: engine refused a task", "error", err)
-		return
-	}
+	c.outbox = append(c.outbox, engine.Task{TP: p.tp, Offset: it.off, Epoch: p.epoch, Size: it.size, Payload: it})
 	p.queued--
 	c.queued--
 	p.inflight++
 	c.inflight++
+}
+
+// unlockAndSubmit releases the lock, then hands the tasks dispatched under
+// it to the engine.
+func (c *Core) unlockAndSubmit() {
+	tasks := c.outbox
+	c.outbox = nil
+	c.mu.Unlock()
+	for i, t := range tasks {
+		if err := c.deps.Submit(t); err != nil {
+			// Only a closed engine refuses work: the records stay
+			// incomplete and are redelivered to the partition's next owner.
+			c.log.Warn("pcon: engine refused tasks", "error", err, "tasks", len(tasks)-i)
+			c.refuse(tasks[i:])
+			return
+		}
+	}
+}
+
+func (c *Core) refuse(tasks []engine.Task) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, t := range tasks {
+		it := t.Payload.(*item)
+		if !c.currentLocked(t) {
+			c.inflight--
+			if c.zombies[t.TP]--; c.zombies[t.TP] <= 0 {
+				delete(c.zombies, t.TP)
+			}
+			continue
+		}
+		it.p.inflight--
+		c.inflight--
+		it.p.signalDrained()
+	}
 }
 
 // gateLocked applies backpressure with hysteresis.
@@ -279,7 +308,7 @@ func (c *Core) Paused() bool {
 // Complete takes the engine's completions.
 func (c *Core) Complete(cs []engine.Completion) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockAndSubmit()
 	for _, cp := range cs {
 		it := cp.Task.Payload.(*item)
 		c.latencyLocked(cp.Task.TP.Topic).Observe(cp.Elapsed)
@@ -313,7 +342,7 @@ func (c *Core) Complete(cs []engine.Completion) {
 
 func (c *Core) retry(p *part, it *item) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockAndSubmit()
 	if p.removed {
 		return
 	}
@@ -382,7 +411,7 @@ func (c *Core) deadLetterLocked(t engine.Task, it *item) {
 			}
 			if !current || err == nil {
 				c.dispatchLocked()
-				c.mu.Unlock()
+				c.unlockAndSubmit()
 				return
 			}
 			c.mu.Unlock()
@@ -466,7 +495,7 @@ func (c *Core) Revoke(tp engine.TP, epoch uint64, grace time.Duration) (Commit, 
 		t.Stop()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockAndSubmit()
 	cm := c.commitLocked(p)
 	c.removeLocked(p)
 	c.dispatchLocked()

@@ -41,7 +41,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 	}
 	h.c = New(cfg, Deps{
 		Submit: func(tk engine.Task) error {
-			h.tasks = append(h.tasks, tk) // under the core lock
+			h.mu.Lock()
+			h.tasks = append(h.tasks, tk)
+			h.mu.Unlock()
 			return nil
 		},
 		SetPaused: func(p bool) { h.pauses = append(h.pauses, p) },
@@ -79,8 +81,8 @@ func (h *harness) add(tp engine.TP, epoch uint64, keyed map[int64]string, offs .
 
 // take returns and forgets the tasks submitted so far, as offsets.
 func (h *harness) take() []engine.Task {
-	h.c.mu.Lock()
-	defer h.c.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	out := h.tasks
 	h.tasks = nil
 	return out

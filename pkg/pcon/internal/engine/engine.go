@@ -42,7 +42,7 @@ type Runner func(ctx context.Context, tasks []Task) []error
 
 // Sink receives completions. Engines call it from their own goroutines,
 // never from within Submit, and never while holding an internal lock, so a
-// Sink may take the caller's locks.
+// Sink may take the caller's locks. It must not keep the slice.
 type Sink func([]Completion)
 
 // Engine is the contract every execution engine meets; the contract suite
@@ -100,15 +100,4 @@ func fill(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
-}
-
-func completions(tasks []Task, errs []error, elapsed time.Duration) []Completion {
-	out := make([]Completion, len(tasks))
-	for i, t := range tasks {
-		out[i] = Completion{Task: t, Elapsed: elapsed}
-		if errs != nil {
-			out[i].Err = errs[i]
-		}
-	}
-	return out
 }

@@ -4,32 +4,33 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // lifecycle is the part both engines share: the handlers' context, the
-// in-flight count, and waiting for goroutines on Close.
+// in-flight count, delivering completions, and waiting for goroutines on
+// Close.
 type lifecycle struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	inflight atomic.Int64
 	run      Runner
-	sink     Sink
+	out      combiner
 }
 
 func newLifecycle(run Runner, sink Sink) lifecycle {
 	ctx, cancel := context.WithCancel(context.Background())
-	return lifecycle{ctx: ctx, cancel: cancel, run: run, sink: sink}
+	return lifecycle{ctx: ctx, cancel: cancel, run: run, out: combiner{sink: sink}}
 }
 
 // exec runs tasks on the calling goroutine and delivers their completions.
 func (l *lifecycle) exec(tasks []Task) {
 	errs, elapsed := invoke(l.ctx, l.run, tasks)
-	cs := completions(tasks, errs, elapsed)
 	// The count drops before delivery so that a caller who has seen every
 	// completion also sees zero in flight.
 	l.inflight.Add(-int64(len(tasks)))
-	l.sink(cs)
+	l.out.deliver(tasks, errs, elapsed)
 }
 
 // wait blocks until every goroutine exited or ctx ends; in the latter case
@@ -53,3 +54,44 @@ func (l *lifecycle) wait(ctx context.Context) error {
 
 // InFlight implements Engine.
 func (l *lifecycle) InFlight() int { return int(l.inflight.Load()) }
+
+// combiner hands completions to the Sink in groups. Whichever goroutine
+// finds no delivery under way delivers everything buffered, including what
+// others add meanwhile; the rest only append. Under load the Sink (and the
+// control plane's lock behind it) is entered once per group instead of once
+// per record, which is what keeps thousands of handler goroutines from
+// queueing on that lock.
+type combiner struct {
+	sink Sink
+
+	mu         sync.Mutex
+	buf, spare []Completion
+	delivering bool
+}
+
+func (c *combiner) deliver(tasks []Task, errs []error, elapsed time.Duration) {
+	c.mu.Lock()
+	for i, t := range tasks {
+		cp := Completion{Task: t, Elapsed: elapsed}
+		if errs != nil {
+			cp.Err = errs[i]
+		}
+		c.buf = append(c.buf, cp)
+	}
+	if c.delivering {
+		c.mu.Unlock()
+		return
+	}
+	c.delivering = true
+	for len(c.buf) > 0 {
+		batch := c.buf
+		c.buf = c.spare[:0]
+		c.mu.Unlock()
+		c.sink(batch)
+		clear(batch)
+		c.mu.Lock()
+		c.spare = batch[:0]
+	}
+	c.delivering = false
+	c.mu.Unlock()
+}

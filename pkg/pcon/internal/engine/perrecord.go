@@ -6,15 +6,19 @@ import (
 )
 
 // PerRecord runs each task on its own goroutine, at most limit at a time.
-// Goroutines are started per task rather than pooled: a parked pool of
-// MaxInFlight goroutines costs memory for nothing when the consumer is
-// idle, and starting a goroutine is cheap next to any real handler.
+// Workers are elastic: Submit starts one when fewer than limit run, and a
+// worker keeps taking queued tasks until there are none, then exits. Under
+// load the same goroutines (with their already grown stacks) run task after
+// task; when idle none are left parked.
 type PerRecord struct {
 	lifecycle
 	limit int
 
-	mu     sync.Mutex
-	closed bool
+	mu      sync.Mutex
+	closed  bool
+	queue   []Task
+	head    int
+	workers int
 }
 
 // NewPerRecord returns a per-record engine running at most limit tasks.
@@ -34,15 +38,44 @@ func (e *PerRecord) Submit(t Task) error {
 		return ErrFull
 	}
 	e.inflight.Add(1)
-	e.wg.Add(1)
+	e.queue = append(e.queue, t)
+	spawn := e.workers < e.limit
+	if spawn {
+		e.workers++
+		e.wg.Add(1)
+	}
 	e.mu.Unlock()
-	go func() {
-		defer e.wg.Done()
-		var one [1]Task
-		one[0] = t
-		e.exec(one[:])
-	}()
+	if spawn {
+		go e.work()
+	}
 	return nil
+}
+
+func (e *PerRecord) work() {
+	defer e.wg.Done()
+	var one [1]Task
+	for {
+		e.mu.Lock()
+		if e.head == len(e.queue) {
+			e.queue = e.queue[:0]
+			e.head = 0
+			e.workers--
+			e.mu.Unlock()
+			return
+		}
+		one[0] = e.queue[e.head]
+		e.queue[e.head] = Task{}
+		e.head++
+		if e.head >= 1024 && e.head*2 >= len(e.queue) {
+			// Under steady load the queue never empties; reclaim the
+			// consumed prefix so it does not grow without bound.
+			n := copy(e.queue, e.queue[e.head:])
+			e.queue = e.queue[:n]
+			e.head = 0
+		}
+		e.mu.Unlock()
+		e.exec(one[:])
+	}
 }
 
 // Close implements Engine.
