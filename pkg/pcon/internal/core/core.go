@@ -146,6 +146,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 	c.parts[tp] = p
 	c.order = append(c.order, p)
 	c.countersLocked(tp)
+	p.latency = c.latencyLocked(tp.Topic)
 	return p.epoch
 }
 
@@ -311,7 +312,7 @@ func (c *Core) Complete(cs []engine.Completion) {
 	defer c.unlockAndSubmit()
 	for _, cp := range cs {
 		it := cp.Task.Payload.(*item)
-		c.latencyLocked(cp.Task.TP.Topic).Observe(cp.Elapsed)
+		it.p.latency.Observe(cp.Elapsed)
 		if !c.currentLocked(cp.Task) {
 			c.settleStaleLocked(cp.Task.TP)
 			continue

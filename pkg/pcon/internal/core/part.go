@@ -16,6 +16,7 @@ type part struct {
 	ready    readyHeap
 	logEnd   int64
 	counters *Counters
+	latency  *Histogram // shared by the partitions of a topic
 
 	queued   int // received, not dispatched
 	inflight int // dispatched, not settled
