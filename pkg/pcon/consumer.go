@@ -77,7 +77,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		MaxAttempts:    cfg.MaxAttempts,
 		Backoff:        cfg.backoff,
 	}, core.Deps{
-		Submit:     func(t engine.Task) error { return c.engine.Submit(t) },
+		Submit:     func(ts ...engine.Task) error { return c.engine.Submit(ts...) },
 		SetPaused:  c.pause.set,
 		DeadLetter: c.deadLetter,
 		Permanent:  isPermanent,

@@ -48,7 +48,7 @@ type Config struct {
 type Deps struct {
 	// Submit hands a task to the engine. Called without the lock, so that
 	// starting work never holds up completions.
-	Submit func(engine.Task) error
+	Submit func(...engine.Task) error
 	// SetPaused pauses or resumes fetching. Called with the lock held.
 	SetPaused func(paused bool)
 	// DeadLetter publishes a record that exhausted its attempts. It runs on
@@ -75,6 +75,7 @@ type Core struct {
 	deps Deps
 	log  *slog.Logger
 
+	base   time.Time       // reference for monotonic-only clock reads
 	ctx    context.Context // ends on Close; stops dead-letter retries
 	cancel context.CancelFunc
 	bg     sync.WaitGroup // dead-letter goroutines
@@ -109,7 +110,7 @@ func New(cfg Config, deps Deps) *Core {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Core{
 		cfg: cfg, deps: deps, log: deps.Logger,
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, base: time.Now(),
 		parts:   make(map[engine.TP]*part),
 		epochs:  make(map[engine.TP]uint64),
 		zombies: make(map[engine.TP]int),
@@ -172,7 +173,7 @@ func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) {
 		it := &item{off: in.Offset, size: in.Size, payload: in.Payload, p: p}
 		c.route(p, it, in.Key)
 	}
-	p.noteBlocking()
+	p.noteBlocking(c.now)
 	c.dispatchLocked()
 }
 
@@ -256,14 +257,14 @@ func (c *Core) unlockAndSubmit() {
 	tasks := c.outbox
 	c.outbox = nil
 	c.mu.Unlock()
-	for i, t := range tasks {
-		if err := c.deps.Submit(t); err != nil {
-			// Only a closed engine refuses work: the records stay
-			// incomplete and are redelivered to the partition's next owner.
-			c.log.Warn("pcon: engine refused tasks", "error", err, "tasks", len(tasks)-i)
-			c.refuse(tasks[i:])
-			return
-		}
+	if len(tasks) == 0 {
+		return
+	}
+	if err := c.deps.Submit(tasks...); err != nil {
+		// Only a closed engine refuses work: the records stay incomplete
+		// and are redelivered to the partition's next owner.
+		c.log.Warn("pcon: engine refused tasks", "error", err, "tasks", len(tasks))
+		c.refuse(tasks)
 	}
 }
 
@@ -356,9 +357,12 @@ func (c *Core) retry(p *part, it *item) {
 	c.dispatchLocked()
 }
 
+// currentLocked reports whether t belongs to the current assignment epoch
+// of its partition. The item knows its assignment, and an assignment is
+// current until removed, which saves a map lookup per completion.
 func (c *Core) currentLocked(t engine.Task) bool {
-	p := c.parts[t.TP]
-	return p != nil && p.epoch == t.Epoch
+	p := t.Payload.(*item).p
+	return !p.removed && p.epoch == t.Epoch
 }
 
 // settleStaleLocked accounts for a task of an assignment that is gone: its
@@ -380,7 +384,7 @@ func (c *Core) settleLocked(p *part, it *item, done bool) {
 	c.inflight--
 	if done {
 		p.tr.Complete(it.off)
-		p.noteBlocking()
+		p.noteBlocking(c.now)
 		if l := it.lane; l != nil {
 			if next := l.queue.pop(); next != nil {
 				p.ready.push(next)
@@ -528,6 +532,9 @@ func (c *Core) Close() {
 	c.cancel()
 	c.bg.Wait()
 }
+
+// now reads only the monotonic clock, which is all durations need.
+func (c *Core) now() time.Duration { return time.Since(c.base) }
 
 // Payload returns the payload given to Add for the record behind t.
 func Payload(t engine.Task) any { return t.Payload.(*item).payload }

@@ -40,9 +40,9 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		cfg.MaxAttempts = 3
 	}
 	h.c = New(cfg, Deps{
-		Submit: func(tk engine.Task) error {
+		Submit: func(tks ...engine.Task) error {
 			h.mu.Lock()
-			h.tasks = append(h.tasks, tk)
+			h.tasks = append(h.tasks, tks...)
 			h.mu.Unlock()
 			return nil
 		},

@@ -26,7 +26,7 @@ type part struct {
 	drained  chan struct{} // closed when revoking and nothing is in flight
 
 	blockOff   int64
-	blockSince time.Time
+	blockSince time.Duration // since Core.base
 
 	lastCommit Commit
 	lastGap    int
@@ -63,7 +63,7 @@ func (p *part) signalDrained() {
 
 // noteBlocking restarts the blocked-duration clock when the blocking offset
 // changes.
-func (p *part) noteBlocking() {
+func (p *part) noteBlocking(now func() time.Duration) {
 	b, ok := p.tr.Blocking()
 	if !ok {
 		p.blockOff = -1
@@ -71,7 +71,7 @@ func (p *part) noteBlocking() {
 	}
 	if b != p.blockOff {
 		p.blockOff = b
-		p.blockSince = time.Now()
+		p.blockSince = now()
 	}
 }
 

@@ -92,7 +92,7 @@ type Stats struct {
 func (c *Core) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.now()
 	s := Stats{InFlight: c.inflight, Capacity: c.cfg.MaxInFlight, Paused: c.paused, Latency: make(map[string]Histogram, len(c.latency))}
 	for tp, cs := range c.stats {
 		ps := PartitionStats{TP: tp, Counters: *cs, Blocking: -1}
@@ -106,7 +106,7 @@ func (c *Core) Stats() Stats {
 			if b, ok := p.tr.Blocking(); ok {
 				ps.Blocking = b
 				if b == p.blockOff {
-					ps.BlockedFor = now.Sub(p.blockSince)
+					ps.BlockedFor = now - p.blockSince
 				}
 			}
 		}

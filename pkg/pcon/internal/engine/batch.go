@@ -41,29 +41,32 @@ func NewBatch(run Runner, sink Sink, opt BatchOptions) *Batch {
 }
 
 // Submit implements Engine.
-func (e *Batch) Submit(t Task) error {
+func (e *Batch) Submit(tasks ...Task) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return ErrClosed
 	}
-	e.inflight.Add(1)
-	var full []Task
-	if len(e.pending) > 0 && e.bytes+t.Size > e.opt.MaxBytes {
-		full = e.takeLocked()
+	e.inflight.Add(int64(len(tasks)))
+	var full [][]Task
+	for _, t := range tasks {
+		if len(e.pending) > 0 && e.bytes+t.Size > e.opt.MaxBytes {
+			full = append(full, e.takeLocked())
+		}
+		e.pending = append(e.pending, t)
+		e.bytes += t.Size
+		if len(e.pending) >= e.opt.MaxRecords || e.bytes >= e.opt.MaxBytes {
+			full = append(full, e.takeLocked())
+		}
 	}
-	e.pending = append(e.pending, t)
-	e.bytes += t.Size
-	var ready []Task
-	if len(e.pending) >= e.opt.MaxRecords || e.bytes >= e.opt.MaxBytes {
-		ready = e.takeLocked()
-	} else if len(e.pending) == 1 {
+	if len(e.pending) > 0 && e.timer == nil {
 		gen := e.gen
 		e.timer = time.AfterFunc(e.opt.MaxWait, func() { e.flush(gen) })
 	}
 	e.mu.Unlock()
-	e.launch(full)
-	e.launch(ready)
+	for _, b := range full {
+		e.launch(b)
+	}
 	return nil
 }
 

@@ -27,25 +27,23 @@ func NewPerRecord(run Runner, sink Sink, limit int) *PerRecord {
 }
 
 // Submit implements Engine.
-func (e *PerRecord) Submit(t Task) error {
+func (e *PerRecord) Submit(tasks ...Task) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return ErrClosed
 	}
-	if e.inflight.Load() >= int64(e.limit) {
+	if e.inflight.Load()+int64(len(tasks)) > int64(e.limit) {
 		e.mu.Unlock()
 		return ErrFull
 	}
-	e.inflight.Add(1)
-	e.queue = append(e.queue, t)
-	spawn := e.workers < e.limit
-	if spawn {
-		e.workers++
-		e.wg.Add(1)
-	}
+	e.inflight.Add(int64(len(tasks)))
+	e.queue = append(e.queue, tasks...)
+	spawn := min(len(tasks), e.limit-e.workers)
+	e.workers += spawn
+	e.wg.Add(spawn)
 	e.mu.Unlock()
-	if spawn {
+	for range spawn {
 		go e.work()
 	}
 	return nil
