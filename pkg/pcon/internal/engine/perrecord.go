@@ -3,27 +3,29 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // PerRecord runs each task on its own goroutine, at most limit at a time.
-// Workers are elastic: Submit starts one when fewer than limit run, and a
-// worker keeps taking queued tasks until there are none, then exits. Under
-// load the same goroutines (with their already grown stacks) run task after
-// task; when idle none are left parked.
+// Workers are started on demand, when a task finds every existing worker
+// busy, and then stay, parked on the task channel, until Close: reusing a
+// goroutine whose stack has already grown is much cheaper than starting one
+// per record, and there are never more than the peak concurrency.
 type PerRecord struct {
 	lifecycle
 	limit int
+	tasks chan Task
+
+	busy atomic.Int64 // workers running a task
 
 	mu      sync.Mutex
 	closed  bool
-	queue   []Task
-	head    int
 	workers int
 }
 
 // NewPerRecord returns a per-record engine running at most limit tasks.
 func NewPerRecord(run Runner, sink Sink, limit int) *PerRecord {
-	return &PerRecord{lifecycle: newLifecycle(run, sink), limit: limit}
+	return &PerRecord{lifecycle: newLifecycle(run, sink), limit: limit, tasks: make(chan Task, limit)}
 }
 
 // Submit implements Engine.
@@ -38,13 +40,22 @@ func (e *PerRecord) Submit(tasks ...Task) error {
 		return ErrFull
 	}
 	e.inflight.Add(int64(len(tasks)))
-	e.queue = append(e.queue, tasks...)
-	spawn := min(len(tasks), e.limit-e.workers)
+	// Start workers for the tasks that idle workers cannot take. The count
+	// is approximate (a worker may be between taking a task and counting
+	// itself busy); a shortfall only delays a task until the next Submit or
+	// completion, and never exceeds one per racing worker.
+	idle := e.workers - int(e.busy.Load()) - len(e.tasks)
+	spawn := min(max(len(tasks)-idle, 0), e.limit-e.workers)
 	e.workers += spawn
 	e.wg.Add(spawn)
 	e.mu.Unlock()
 	for range spawn {
 		go e.work()
+	}
+	// The channel holds limit tasks and at most limit are in flight, so
+	// these sends never block.
+	for _, t := range tasks {
+		e.tasks <- t
 	}
 	return nil
 }
@@ -52,34 +63,21 @@ func (e *PerRecord) Submit(tasks ...Task) error {
 func (e *PerRecord) work() {
 	defer e.wg.Done()
 	var one [1]Task
-	for {
-		e.mu.Lock()
-		if e.head == len(e.queue) {
-			e.queue = e.queue[:0]
-			e.head = 0
-			e.workers--
-			e.mu.Unlock()
-			return
-		}
-		one[0] = e.queue[e.head]
-		e.queue[e.head] = Task{}
-		e.head++
-		if e.head >= 1024 && e.head*2 >= len(e.queue) {
-			// Under steady load the queue never empties; reclaim the
-			// consumed prefix so it does not grow without bound.
-			n := copy(e.queue, e.queue[e.head:])
-			e.queue = e.queue[:n]
-			e.head = 0
-		}
-		e.mu.Unlock()
+	for t := range e.tasks {
+		e.busy.Add(1)
+		one[0] = t
 		e.exec(one[:])
+		e.busy.Add(-1)
 	}
 }
 
 // Close implements Engine.
 func (e *PerRecord) Close(ctx context.Context) error {
 	e.mu.Lock()
-	e.closed = true
+	if !e.closed {
+		e.closed = true
+		close(e.tasks)
+	}
 	e.mu.Unlock()
 	return e.wait(ctx)
 }
