@@ -1,0 +1,256 @@
+// Package publisher sends outbox rows to Kafka as CloudEvents in binary
+// content mode, with an idempotent sarama producer, and classifies failures
+// as retriable or permanent.
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+// ErrPermanent marks a message that can never be published however often it
+// is retried. Match with errors.Is or use [Permanent].
+var ErrPermanent = errors.New("permanent publish error")
+
+// ErrSendTimeout is the result of a message whose outcome did not arrive
+// within the send timeout. It is retriable: the record may or may not be in
+// the log (consumers are idempotent).
+var ErrSendTimeout = errors.New("send timed out")
+
+// Message is one event to publish.
+type Message struct {
+	Sequence      int64 // the outbox id
+	EventID       string
+	Type          string
+	Source        string
+	AggregateType string
+	AggregateID   string
+	Data          []byte
+	Time          time.Time
+}
+
+// Permanent reports whether err can never succeed on retry:
+//   - an unknown event type, or one whose topic cannot be derived;
+//   - MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE / INVALID_RECORD from the
+//     broker, or the producer's own size check (a ConfigurationError: the
+//     producer's configuration is validated when it is built, so one that
+//     comes back for a message is about that message);
+//   - INVALID_TOPIC_EXCEPTION (an illegal topic name).
+//
+// UNKNOWN_TOPIC_OR_PARTITION is deliberately retriable: topics are created by
+// infrastructure, and a topic being created, or a partition whose leader is
+// moving, answers that for a while. If the topic truly never appears the row
+// reaches max-age and moves to outbox_failed, which is the same end without
+// losing events to a deployment race.
+func Permanent(err error) bool {
+	var cfgErr sarama.ConfigurationError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrPermanent), errors.Is(err, events.ErrPermanent), errors.As(err, &cfgErr):
+		return true
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidRecord, sarama.ErrInvalidTopic:
+			return true
+		}
+	}
+	return false
+}
+
+// Publisher wraps one idempotent async producer shared by every batch.
+type Publisher struct {
+	client      sarama.Client
+	producer    sarama.AsyncProducer
+	reg         *events.Registry
+	known       map[string]bool
+	sendTimeout time.Duration
+	done        sync.WaitGroup
+}
+
+// slot routes a producer result back to the batch and position it belongs
+// to. Results of a batch that already timed out land in its buffered channel
+// and are dropped with it.
+type slot struct {
+	results chan<- result
+	index   int
+}
+
+type result struct {
+	index int
+	err   error
+}
+
+// Config builds the producer configuration: acks=all, idempotent (which
+// sarama allows only with one request in flight per broker, and that also
+// keeps per-partition order across retries), 3 retries, and sendTimeout as
+// the broker's ack timeout.
+func Config(sendTimeout time.Duration) *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = "outbox-relay"
+	cfg.Version = sarama.V3_6_0_0
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Retry.Max = 3
+	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
+	cfg.Producer.Timeout = sendTimeout
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+	cfg.Producer.Partitioner = sarama.NewHashPartitioner
+	cfg.ChannelBufferSize = 4096
+	cfg.Metadata.AllowAutoTopicCreation = false
+	return cfg
+}
+
+// New connects to brokers and starts the producer.
+func New(brokers []string, sendTimeout time.Duration, reg *events.Registry, logger *slog.Logger) (*Publisher, error) {
+	if reg == nil || logger == nil {
+		return nil, errors.New("publisher: registry and logger are required")
+	}
+	client, err := sarama.NewClient(brokers, Config(sendTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+	}
+	producer, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("start Kafka producer: %w", err)
+	}
+	known := map[string]bool{}
+	for _, t := range reg.Types() {
+		known[t] = true
+	}
+	p := &Publisher{client: client, producer: producer, reg: reg, known: known, sendTimeout: sendTimeout}
+	p.done.Add(2)
+	go func() {
+		defer p.done.Done()
+		for m := range producer.Successes() {
+			s := m.Metadata.(slot)
+			s.results <- result{index: s.index}
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		for e := range producer.Errors() {
+			s := e.Msg.Metadata.(slot)
+			s.results <- result{index: s.index, err: e.Err}
+		}
+	}()
+	return p, nil
+}
+
+// Close flushes and stops the producer and closes the client.
+func (p *Publisher) Close() error {
+	err := p.producer.Close()
+	p.done.Wait()
+	return errors.Join(err, p.client.Close())
+}
+
+// Ping checks that Kafka answers a metadata request.
+func (p *Publisher) Ping(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- p.client.RefreshMetadata() }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			return fmt.Errorf("kafka metadata: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("kafka metadata: %w", ctx.Err())
+	}
+}
+
+// ProducerMessage maps m to a Kafka record: topic derived from the type, key
+// = aggregate id, CloudEvents attributes as ce_* headers, data as the value.
+func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
+	if !p.known[m.Type] {
+		return nil, fmt.Errorf("event %s of type %q: %w", m.EventID, m.Type, events.ErrUnknownType)
+	}
+	topic, err := events.TopicOf(m.Type)
+	if err != nil {
+		return nil, fmt.Errorf("event %s: %w", m.EventID, err)
+	}
+	ce, err := p.reg.ToCloudEvent(events.Envelope{
+		ID: m.EventID, Source: m.Source, Time: m.Time, Sequence: m.Sequence,
+		Record: events.Record{Type: m.Type, AggregateType: m.AggregateType, AggregateID: m.AggregateID, Data: m.Data},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPermanent, err)
+	}
+	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(m.AggregateID)}
+	ctx = binding.WithForceBinary(kafka_sarama.WithSkipKeyMapping(ctx))
+	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&ce), pm); err != nil {
+		return nil, fmt.Errorf("%w: encode event %s: %w", ErrPermanent, m.EventID, err)
+	}
+	return pm, nil
+}
+
+// SendBatch sends msgs asynchronously and returns one result per message, in
+// order: nil on success, else the error (see [Permanent]). Outcomes that do
+// not arrive within the send timeout are ErrSendTimeout.
+func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
+	out := make([]error, len(msgs))
+	results := make(chan result, len(msgs))
+	pending := 0
+	for i, m := range msgs {
+		pm, err := p.ProducerMessage(ctx, m)
+		if err != nil {
+			out[i] = err
+			continue
+		}
+		pm.Metadata = slot{results: results, index: i}
+		select {
+		case p.producer.Input() <- pm:
+			pending++
+		case <-ctx.Done():
+			for j := i; j < len(msgs); j++ {
+				if out[j] == nil {
+					out[j] = ctx.Err()
+				}
+			}
+			return p.collect(ctx, out, results, pending)
+		}
+	}
+	return p.collect(ctx, out, results, pending)
+}
+
+func (p *Publisher) collect(ctx context.Context, out []error, results <-chan result, pending int) []error {
+	arrived := make([]bool, len(out))
+	timer := time.NewTimer(p.sendTimeout)
+	defer timer.Stop()
+	for pending > 0 {
+		select {
+		case r := <-results:
+			out[r.index], arrived[r.index] = r.err, true
+			pending--
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		cause := ErrSendTimeout
+		if ctx.Err() != nil {
+			cause = ctx.Err()
+		}
+		for i := range out {
+			if out[i] == nil && !arrived[i] {
+				out[i] = cause
+			}
+		}
+		return out
+	}
+	return out
+}

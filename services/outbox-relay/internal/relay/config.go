@@ -1,0 +1,73 @@
+package relay
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+)
+
+// Config is every setting of the relay, read from the environment.
+type Config struct {
+	DatabaseURL   string        // DATABASE_URL
+	Brokers       []string      // KAFKA_BROKERS, comma-separated
+	AdminAddr     string        // ADMIN_ADDR: /healthz, /readyz, /metrics
+	NodeID        string        // OUTBOX_RELAY_NODE_ID: the lease owner; hostname-pid by default
+	BatchSize     int           // OUTBOX_RELAY_BATCH_SIZE: rows read per batch
+	SendTimeout   time.Duration // OUTBOX_RELAY_SEND_TIMEOUT: how long a batch waits for Kafka
+	RetryInterval time.Duration // OUTBOX_RELAY_RETRY_INTERVAL: next_retry_at after a retriable failure
+	MaxAge        time.Duration // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
+	Interval      time.Duration // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
+	LeaseTTL      time.Duration // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
+	Retention     time.Duration // OUTBOX_RETENTION: published rows older than this are purged
+}
+
+// LoadConfig reads the Config through lookup (os.LookupEnv in main). The
+// error names every variable that is wrong.
+func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
+	l := config.New(lookup)
+	c := Config{
+		DatabaseURL:   l.URL("DATABASE_URL", "postgres", "postgresql"),
+		Brokers:       brokers(l),
+		AdminAddr:     l.String("ADMIN_ADDR", ":8081"),
+		NodeID:        l.String("OUTBOX_RELAY_NODE_ID", defaultNodeID()),
+		BatchSize:     l.PositiveInt("OUTBOX_RELAY_BATCH_SIZE", 100),
+		SendTimeout:   l.Duration("OUTBOX_RELAY_SEND_TIMEOUT", 5*time.Second),
+		RetryInterval: l.Duration("OUTBOX_RELAY_RETRY_INTERVAL", 10*time.Second),
+		MaxAge:        l.Duration("OUTBOX_RELAY_MAX_AGE", 5*time.Minute),
+		Interval:      l.Duration("OUTBOX_RELAY_INTERVAL", time.Second),
+		LeaseTTL:      l.Duration("OUTBOX_RELAY_LEASE_TTL", 10*time.Second),
+		Retention:     l.Duration("OUTBOX_RETENTION", 7*24*time.Hour),
+	}
+	if len(c.NodeID) > 200 {
+		l.Fail("OUTBOX_RELAY_NODE_ID", "must be at most 200 characters, got %d", len(c.NodeID))
+	}
+	if err := l.Err(); err != nil {
+		return Config{}, fmt.Errorf("outbox-relay configuration: %w", err)
+	}
+	return c, nil
+}
+
+func brokers(l *config.Loader) []string {
+	raw := l.Required("KAFKA_BROKERS")
+	var out []string
+	for b := range strings.SplitSeq(raw, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	if raw != "" && len(out) == 0 {
+		l.Fail("KAFKA_BROKERS", "must list at least one host:port, got %q", raw)
+	}
+	return out
+}
+
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}

@@ -1,0 +1,228 @@
+// Package relay publishes the outbox to Kafka in id order, without loss:
+// the pass logic (ordered confirmation, HOL retry, the gap rule), and the
+// service around it (gocron scheduling under a leader lease, LISTEN wake-ups,
+// retention, metrics).
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
+)
+
+// Relay runs passes over the outbox. Passes must not overlap (the scheduler
+// runs them as a singleton job).
+type Relay struct {
+	cfg     Config
+	store   *store.Store
+	pub     *publisher.Publisher
+	elector *lease.Elector
+	metrics *Metrics
+	logger  *slog.Logger
+	gaps    gaps
+
+	// beforeAdvance, when set by a test, runs before each cursor update: it
+	// stands for a process paused between publishing and confirming.
+	beforeAdvance func()
+}
+
+// NewRelay returns a Relay. Passes run only while elector leads.
+func NewRelay(cfg Config, st *store.Store, pub *publisher.Publisher, elector *lease.Elector, metrics *Metrics, logger *slog.Logger) (*Relay, error) {
+	if st == nil || pub == nil || elector == nil || metrics == nil || logger == nil {
+		return nil, errors.New("relay: store, publisher, elector, metrics and logger are required")
+	}
+	if cfg.BatchSize <= 0 || cfg.RetryInterval <= 0 || cfg.MaxAge <= 0 {
+		return nil, fmt.Errorf("relay: batch size, retry interval and max age must be positive, got %d, %s, %s",
+			cfg.BatchSize, cfg.RetryInterval, cfg.MaxAge)
+	}
+	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger}, nil
+}
+
+// PassResult sums up one pass.
+type PassResult struct {
+	Published int   // rows published and passed by the cursor
+	Failed    int   // rows moved to outbox_failed
+	Retried   int   // rows marked for retry (at most one: the pass stops there)
+	Cursor    int64 // the cursor after the pass
+}
+
+// Pass publishes what is ready after the cursor, batch after batch while the
+// batches come back full (drain). It stops before a gap that may still fill,
+// at a row waiting for its retry time, and at a retriable failure (HOL). A
+// pass of a node that is not leader does nothing.
+func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
+	fence, ok := r.elector.Fence()
+	if !ok {
+		return PassResult{}, nil
+	}
+	start := time.Now()
+	defer func() { r.metrics.passDuration.Observe(time.Since(start).Seconds()) }()
+
+	var res PassResult
+	cursor, err := r.store.Cursor(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Cursor = cursor
+	r.gaps.forget(cursor)
+	defer func() {
+		if res.Published+res.Failed > 0 {
+			r.logger.Info(fmt.Sprintf("relay completed: success=%d, failed=%d, lastOffset=%d", res.Published, res.Failed, res.Cursor),
+				"success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
+		}
+	}()
+	rereadGap := false
+	for {
+		b, err := r.store.ReadBatch(ctx, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return res, err
+		}
+		r.gaps.recorded = false
+		ready := r.sendable(ctx, cursor, b)
+		more, err := r.confirm(ctx, fence, &res, b, ready)
+		if err != nil {
+			return res, err
+		}
+		advanced := res.Cursor != cursor
+		cursor = res.Cursor
+		r.gaps.forget(cursor)
+		switch {
+		case len(ready) < len(b.Rows) && r.gaps.recorded && !rereadGap && res.Retried == 0:
+			// A new gap can settle only in a later snapshot: read again
+			// once at once instead of waiting for the next pass.
+			rereadGap = true
+			continue
+		case !more || len(ready) < len(b.Rows) || len(b.Rows) < r.cfg.BatchSize:
+			return res, nil
+		}
+		if advanced {
+			rereadGap = false
+		}
+		if _, ok := r.elector.Fence(); !ok {
+			return res, nil
+		}
+	}
+}
+
+// sendable returns the rows of b that may be sent now: the id-ordered prefix
+// that stops before an unsettled gap and before a row waiting for its retry
+// time.
+func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []store.Row {
+	var (
+		writers []uint64
+		read    bool
+	)
+	inFlight := func() []uint64 {
+		if !read {
+			read, writers = true, r.outboxWriters(ctx, b.Snapshot)
+		}
+		return writers
+	}
+	next := cursor + 1
+	for i, row := range b.Rows {
+		if row.ID > next && !r.gaps.resolved(next, row.ID-1, b.Snapshot, inFlight) {
+			return b.Rows[:i]
+		}
+		if !row.Ready {
+			return b.Rows[:i]
+		}
+		next = row.ID + 1
+	}
+	return b.Rows
+}
+
+// outboxWriters returns the transactions of snap still in progress that hold
+// a write lock on outbox (see gaps.go). If they cannot be read it returns all
+// of snap's, which is safe but waits longer.
+func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) []uint64 {
+	w, err := r.store.OutboxWriters(ctx)
+	if err != nil {
+		r.logger.Warn("cannot narrow a gap to outbox writers; waiting on every transaction in progress", "error", err)
+		return slices.Clone(snap.Xip)
+	}
+	var out []uint64
+	for _, x := range snap.Xip {
+		if w[uint32(x)] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// confirm sends rows and confirms the outcomes in id order: successes and
+// permanent or expired failures advance; the first retriable failure is
+// marked for retry and ends the pass. The cursor moves once, fenced. It
+// reports whether the pass may go on.
+func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, b store.Batch, rows []store.Row) (bool, error) {
+	if len(rows) == 0 {
+		return false, nil
+	}
+	msgs := make([]publisher.Message, len(rows))
+	for i, row := range rows {
+		msgs[i] = publisher.Message{
+			Sequence: row.ID, EventID: row.EventID, Type: row.EventType, Source: row.Source,
+			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
+		}
+	}
+	errs := r.pub.SendBatch(ctx, msgs)
+
+	from, to := res.Cursor, res.Cursor
+	var (
+		failed    []store.Failure
+		published int
+		hol       *store.Row
+		holErr    error
+	)
+	for i, row := range rows {
+		err := errs[i]
+		switch {
+		case err == nil:
+			published++
+		case publisher.Permanent(err):
+			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, "error", err)
+			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
+		case b.Now.Sub(row.CreatedAt) > r.cfg.MaxAge:
+			r.logger.Warn(fmt.Sprintf("Message expired: id=%d, createdAt=%s, moving to failed", row.ID, row.CreatedAt.Format(time.RFC3339Nano)),
+				"id", row.ID, "createdAt", row.CreatedAt, "error", err)
+			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
+		default:
+			hol, holErr = &rows[i], err
+		}
+		if hol != nil {
+			break
+		}
+		to = row.ID
+	}
+	if to != from {
+		if r.beforeAdvance != nil {
+			r.beforeAdvance()
+		}
+		if err := r.store.Advance(ctx, fence, from, to, failed); err != nil {
+			return false, err
+		}
+		res.Cursor = to
+		res.Published += published
+		res.Failed += len(failed)
+		r.metrics.published.Add(float64(published))
+		r.metrics.failed.Add(float64(len(failed)))
+	}
+	if hol == nil {
+		return true, nil
+	}
+	at, err := r.store.MarkRetry(ctx, fence, hol.ID, r.cfg.RetryInterval)
+	if err != nil {
+		return false, err
+	}
+	res.Retried++
+	r.metrics.retried.Inc()
+	r.logger.Info(fmt.Sprintf("Message marked for retry: id=%d, nextRetryAt=%s", hol.ID, at.Format(time.RFC3339Nano)),
+		"id", hol.ID, "nextRetryAt", at, "error", holErr)
+	return false, nil
+}

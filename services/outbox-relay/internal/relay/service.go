@@ -1,0 +1,199 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
+)
+
+// LeaseName names the relay's row in relay_lease.
+const LeaseName = "outbox-relay"
+
+// NotifyChannel is the channel the outbox trigger notifies on commit.
+const NotifyChannel = "outbox_events"
+
+// purgeChunk bounds the rows one retention DELETE removes.
+const purgeChunk = 1000
+
+// Service is a relay node: it competes for the lease and, while leading, runs
+// passes on a timer and on every outbox commit, and purges old rows.
+type Service struct {
+	cfg      Config
+	logger   *slog.Logger
+	store    *store.Store
+	pub      *publisher.Publisher
+	elector  *lease.Elector
+	relay    *Relay
+	registry *prometheus.Registry
+
+	kick chan struct{} // a commit was notified; capacity 1 coalesces bursts
+	wake atomic.Bool   // a commit arrived that no pass has started after yet
+}
+
+// NewService wires a relay node from its dependencies.
+func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher) (*Service, error) {
+	elector, err := lease.New(st, LeaseName, cfg.NodeID, cfg.LeaseTTL, logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := NewMetrics(reg, st, elector)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewRelay(cfg, st, pub, elector, metrics, logger)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg: cfg, logger: logger, store: st, pub: pub, elector: elector, relay: r, registry: reg,
+		kick: make(chan struct{}, 1),
+	}, nil
+}
+
+// Handler serves /healthz, /readyz (database and Kafka answer) and /metrics.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
+		"postgres": s.store.Ping,
+		"kafka":    s.pub.Ping,
+	})
+	return mux
+}
+
+// Run runs the node until ctx ends, then stops the jobs, lets a running pass
+// finish, and releases the lease so another node takes over at once.
+func (s *Service) Run(ctx context.Context) error { return s.run(ctx, true) }
+
+// run is Run; with release false the node stops as if it had crashed,
+// leaving its lease to expire.
+func (s *Service) run(ctx context.Context, release bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	sched, err := gocron.NewScheduler(gocron.WithDistributedElector(s.elector))
+	if err != nil {
+		return fmt.Errorf("create scheduler: %w", err)
+	}
+	pass, err := sched.NewJob(gocron.DurationJob(s.cfg.Interval),
+		gocron.NewTask(s.passes, ctx),
+		gocron.WithName("outbox-relay-pass"),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule))
+	if err != nil {
+		return fmt.Errorf("schedule relay pass: %w", err)
+	}
+	if _, err := sched.NewJob(gocron.DurationJob(min(time.Hour, s.cfg.Retention)),
+		gocron.NewTask(s.purge, ctx),
+		gocron.WithName("outbox-retention"),
+		gocron.WithSingletonMode(gocron.LimitModeReschedule)); err != nil {
+		return fmt.Errorf("schedule outbox retention: %w", err)
+	}
+
+	var wg sync.WaitGroup
+	// The first lease attempt happens before the scheduler starts, so a
+	// node that can lead does so from its first tick.
+	if _, err := s.elector.TryAcquire(ctx); err != nil {
+		s.logger.Warn("first lease attempt failed", "error", err)
+	}
+	wg.Go(func() { s.elector.Run(ctx) })
+	wg.Go(func() { s.store.Listen(ctx, s.logger, NotifyChannel, s.notified) })
+	wg.Go(func() { s.kicker(ctx, pass) })
+	sched.Start()
+	s.logger.Info("outbox relay started", "node", s.cfg.NodeID, "interval", s.cfg.Interval, "batchSize", s.cfg.BatchSize)
+
+	<-ctx.Done()
+	shutdownErr := sched.Shutdown()
+	wg.Wait()
+	if release {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if err := s.elector.Release(rctx); err != nil {
+			s.logger.Warn("release lease", "error", err)
+		}
+	}
+	if shutdownErr != nil {
+		return fmt.Errorf("stop scheduler: %w", shutdownErr)
+	}
+	return nil
+}
+
+// passes is the pass job. It repeats while commits were notified during the
+// previous pass, since the scheduler drops a wake-up that arrives while a
+// pass is running.
+func (s *Service) passes(ctx context.Context) {
+	for ctx.Err() == nil {
+		s.wake.Store(false)
+		if _, err := s.relay.Pass(ctx); err != nil && ctx.Err() == nil {
+			level := slog.LevelError
+			if errors.Is(err, store.ErrFenced) {
+				level = slog.LevelWarn
+			}
+			s.logger.Log(ctx, level, "relay pass failed", "error", err)
+		}
+		if !s.wake.Load() {
+			return
+		}
+	}
+}
+
+func (s *Service) notified() {
+	select {
+	case s.kick <- struct{}{}:
+	default: // a wake-up is already pending; this commit rides on it
+	}
+}
+
+// kicker turns notifications into immediate passes. RunNow is dropped when a
+// pass is running (singleton); that pass sees wake and runs again, except in
+// the instant it is returning, so the kicker repeats RunNow until a pass has
+// taken the wake-up, for at most one interval (after which the timer would
+// have run a pass anyway).
+func (s *Service) kicker(ctx context.Context, job gocron.Job) {
+	const retry = 10 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		s.wake.Store(true)
+		deadline := time.Now().Add(s.cfg.Interval)
+		for s.wake.Load() && time.Now().Before(deadline) {
+			if _, leader := s.elector.Fence(); !leader {
+				break
+			}
+			_ = job.RunNow()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+		}
+	}
+}
+
+func (s *Service) purge(ctx context.Context) {
+	n, err := s.store.Purge(ctx, s.cfg.Retention, purgeChunk)
+	if err != nil && ctx.Err() == nil {
+		s.logger.Error("outbox retention failed", "error", err, "deleted", n)
+		return
+	}
+	if n > 0 {
+		s.logger.Info("outbox retention purged published rows", "deleted", n, "olderThan", s.cfg.Retention)
+	}
+}

@@ -1,0 +1,375 @@
+// Package store is the relay's only door to PostgreSQL: the outbox rows and
+// the snapshot they were read in, the cursor, outbox_failed, the leader lease,
+// retention, and LISTEN. It is the only package of the relay importing pgx.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrFenced is returned by a write that carries a fencing token which is no
+// longer current (the lease expired or another node took it), or that
+// expected a cursor position another writer has moved. Nothing was written.
+var ErrFenced = errors.New("fenced out: the lease is not held with this token")
+
+// Store reads and writes the relay's tables.
+type Store struct {
+	pool *pgxpool.Pool
+	url  string
+}
+
+// Open connects a pool to databaseURL and checks that it answers.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return &Store{pool: pool, url: databaseURL}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Fence identifies the lease term a write belongs to. Fenced writes succeed
+// only while this term is the current, unexpired one.
+type Fence struct {
+	Lease string
+	Owner string
+	Token int64
+}
+
+// fenceHeld is the fencing predicate, checked in the same statement as the
+// write it guards. FOR SHARE makes a concurrent take-over of the lease (an
+// UPDATE of that row) wait until the guarded write has committed, so a write
+// can never land after a newer leader has started.
+const fenceHeld = `EXISTS (SELECT 1 FROM relay_lease
+	WHERE name = @lease AND owner = @owner AND token = @token AND lease_until > clock_timestamp()
+	FOR SHARE)`
+
+func (f Fence) args(a pgx.NamedArgs) pgx.NamedArgs {
+	a["lease"], a["owner"], a["token"] = f.Lease, f.Owner, f.Token
+	return a
+}
+
+// Cursor returns the id of the last outbox row the relay has handled.
+func (s *Store) Cursor(ctx context.Context) (int64, error) {
+	var id int64
+	if err := s.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor WHERE id = 1`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("read cursor: %w", err)
+	}
+	return id, nil
+}
+
+// Row is an outbox row as the relay reads it.
+type Row struct {
+	ID            int64
+	EventID       string
+	EventType     string
+	Source        string
+	AggregateType string
+	AggregateID   string
+	Payload       []byte
+	CreatedAt     time.Time
+	// Ready reports whether the row may be sent now: it has no next_retry_at,
+	// or it has passed.
+	Ready bool
+}
+
+// Batch is one read of the outbox and the snapshot it was read in.
+type Batch struct {
+	Snapshot Snapshot
+	Now      time.Time // the database clock when the rows were read
+	Rows     []Row     // in id order
+}
+
+// readBatch reads rows after the cursor together with pg_current_snapshot().
+// Both come from one statement, hence one snapshot (pg_current_snapshot
+// returns the statement's active snapshot under READ COMMITTED): the xip list
+// names exactly the transactions whose rows this read cannot see although
+// they started before it. The relay's gap rule depends on that pairing; see
+// package relay, gaps.go.
+const readBatch = `
+SELECT s.snap::text, s.now,
+       o.id, o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
+       (o.next_retry_at IS NULL OR o.next_retry_at <= s.now)
+FROM (SELECT pg_current_snapshot() AS snap, clock_timestamp() AS now) s
+LEFT JOIN LATERAL (
+    SELECT * FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
+) o ON true
+ORDER BY o.id`
+
+// ReadBatch reads up to limit rows with id > after, in id order, and the
+// snapshot they were read in.
+func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, error) {
+	rows, err := s.pool.Query(ctx, readBatch, after, limit)
+	if err != nil {
+		return Batch{}, fmt.Errorf("read outbox: %w", err)
+	}
+	defer rows.Close()
+	var (
+		b    Batch
+		snap string
+	)
+	for rows.Next() {
+		var (
+			id                                *int64
+			eventID, typ, src, aggType, aggID *string
+			payload                           *string
+			createdAt                         *time.Time
+			ready                             *bool
+		)
+		if err := rows.Scan(&snap, &b.Now, &id, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
+			return Batch{}, fmt.Errorf("scan outbox row: %w", err)
+		}
+		if id == nil { // the empty LEFT JOIN: no rows, only the snapshot
+			continue
+		}
+		b.Rows = append(b.Rows, Row{
+			ID: *id, EventID: *eventID, EventType: *typ, Source: *src,
+			AggregateType: *aggType, AggregateID: *aggID, Payload: []byte(*payload),
+			CreatedAt: *createdAt, Ready: *ready,
+		})
+	}
+	if err := rows.Err(); err != nil {
+		return Batch{}, fmt.Errorf("read outbox: %w", err)
+	}
+	if b.Snapshot, err = ParseSnapshot(snap); err != nil {
+		return Batch{}, err
+	}
+	return b, nil
+}
+
+// OutboxWriters returns the (32-bit) transaction ids of the transactions
+// holding a RowExclusiveLock on outbox right now: every transaction that has
+// inserted into outbox and not ended yet. An INSERT takes that lock before it
+// evaluates the id default, and keeps it to the end of the transaction. Each
+// transaction holds a lock on its own transaction id, which links the
+// relation lock to the xid.
+func (s *Store) OutboxWriters(ctx context.Context) (map[uint32]bool, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT DISTINCT x.transactionid::text
+		FROM pg_locks r
+		JOIN pg_locks x ON x.virtualtransaction = r.virtualtransaction AND x.locktype = 'transactionid'
+		WHERE r.locktype = 'relation' AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND r.relation = 'outbox'::regclass AND r.mode = 'RowExclusiveLock' AND r.granted`)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox writers: %w", err)
+	}
+	defer rows.Close()
+	out := map[uint32]bool{}
+	for rows.Next() {
+		var xid string
+		if err := rows.Scan(&xid); err != nil {
+			return nil, fmt.Errorf("read outbox writers: %w", err)
+		}
+		v, err := strconv.ParseUint(xid, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("read outbox writers: xid %q: %w", xid, err)
+		}
+		out[uint32(v)] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read outbox writers: %w", err)
+	}
+	return out, nil
+}
+
+// Failure is an outbox row to copy to outbox_failed with its error.
+type Failure struct {
+	ID    int64
+	Error string
+}
+
+// advance moves the cursor from its expected position and copies the failed
+// rows, in one statement: both happen, or neither. The data-modifying CTEs see
+// one snapshot; the INSERT runs only if the fenced, compare-and-set UPDATE
+// matched.
+const advance = `
+WITH c AS (
+    UPDATE outbox_cursor SET last_processed_id = @to, updated_at = clock_timestamp()
+    WHERE id = 1 AND last_processed_id = @from AND ` + fenceHeld + `
+    RETURNING 1
+), f AS (
+    INSERT INTO outbox_failed (outbox_id, event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, error_message)
+    SELECT o.id, o.event_id, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at, x.err
+    FROM unnest(@ids::bigint[], @errs::text[]) AS x(id, err)
+    JOIN outbox o ON o.id = x.id
+    WHERE EXISTS (SELECT 1 FROM c)
+    ON CONFLICT (outbox_id) DO NOTHING
+)
+SELECT count(*) FROM c`
+
+// Advance moves the cursor from `from` to `to` and records the failures in
+// outbox_failed, atomically, if the fence is current and the cursor is still
+// at `from`. Otherwise it writes nothing and returns ErrFenced.
+func (s *Store) Advance(ctx context.Context, f Fence, from, to int64, failed []Failure) error {
+	ids := make([]int64, len(failed))
+	errs := make([]string, len(failed))
+	for i, x := range failed {
+		ids[i], errs[i] = x.ID, x.Error
+	}
+	var n int
+	err := s.pool.QueryRow(ctx, advance, f.args(pgx.NamedArgs{"from": from, "to": to, "ids": ids, "errs": errs})).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("advance cursor to %d: %w", to, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("advance cursor to %d: %w", to, ErrFenced)
+	}
+	return nil
+}
+
+// MarkRetry sets the row's next_retry_at to now + after (database clock) if
+// the fence is current, and returns it.
+func (s *Store) MarkRetry(ctx context.Context, f Fence, id int64, after time.Duration) (time.Time, error) {
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `
+		UPDATE outbox SET next_retry_at = clock_timestamp() + @after::bigint * interval '1 microsecond'
+		WHERE id = @id AND `+fenceHeld+`
+		RETURNING next_retry_at`,
+		f.args(pgx.NamedArgs{"id": id, "after": after.Microseconds()})).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, ErrFenced)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, err)
+	}
+	return at, nil
+}
+
+// Purge deletes published outbox rows (id ≤ cursor) created more than
+// olderThan ago, chunk rows per statement so that no statement holds many
+// locks or runs long, and returns how many it deleted.
+func (s *Store) Purge(ctx context.Context, olderThan time.Duration, chunk int) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, `
+			DELETE FROM outbox WHERE id IN (
+				SELECT id FROM outbox
+				WHERE id <= (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
+				  AND created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+				ORDER BY id LIMIT $2)`, olderThan.Microseconds(), chunk)
+		if err != nil {
+			return total, fmt.Errorf("purge outbox: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(chunk) {
+			return total, nil
+		}
+	}
+}
+
+// Backlog returns how many rows are after the cursor and the age of the
+// oldest of them (0 when there is none).
+func (s *Store) Backlog(ctx context.Context) (rows int64, oldest time.Duration, err error) {
+	var secs float64
+	err = s.pool.QueryRow(ctx, `
+		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
+		FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)`).Scan(&rows, &secs)
+	if err != nil {
+		return 0, 0, fmt.Errorf("measure backlog: %w", err)
+	}
+	return rows, time.Duration(secs * float64(time.Second)), nil
+}
+
+// AcquireLease takes or renews the named lease for owner until now + ttl, in
+// one atomic statement: it succeeds when the lease is free, expired, or
+// already owner's. The token stays while owner renews a live lease and grows
+// by one for every new term. ok is false when another owner holds it.
+func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (token int64, ok bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO relay_lease AS l (name, owner, token, lease_until, acquired_at)
+		VALUES ($1, $2, 1, clock_timestamp() + $3::bigint * interval '1 microsecond', clock_timestamp())
+		ON CONFLICT (name) DO UPDATE SET
+			token = CASE WHEN l.owner = EXCLUDED.owner AND l.lease_until > clock_timestamp()
+			             THEN l.token ELSE l.token + 1 END,
+			acquired_at = CASE WHEN l.owner = EXCLUDED.owner AND l.lease_until > clock_timestamp()
+			                   THEN l.acquired_at ELSE clock_timestamp() END,
+			owner = EXCLUDED.owner,
+			lease_until = EXCLUDED.lease_until
+		WHERE l.lease_until <= clock_timestamp() OR l.owner = EXCLUDED.owner
+		RETURNING token`, name, owner, ttl.Microseconds()).Scan(&token)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("acquire lease %s: %w", name, err)
+	}
+	return token, true, nil
+}
+
+// ReleaseLease ends owner's term of the lease at once so another node can
+// take it without waiting for the TTL. It does nothing if the term is over.
+func (s *Store) ReleaseLease(ctx context.Context, f Fence) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE relay_lease SET lease_until = '-infinity'
+		WHERE name = $1 AND owner = $2 AND token = $3`, f.Lease, f.Owner, f.Token)
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", f.Lease, err)
+	}
+	return nil
+}
+
+// Listen LISTENs on channel on a dedicated connection and calls notify for
+// every notification, and once after each (re)connection since notifications
+// sent while disconnected are lost. A lost connection is re-established with
+// exponential backoff. It returns when ctx ends.
+func (s *Store) Listen(ctx context.Context, logger *slog.Logger, channel string, notify func()) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, channel, notify, func() { backoff = minBackoff })
+		if ctx.Err() != nil {
+			return
+		}
+		logger.Warn("outbox LISTEN connection lost; reconnecting", "channel", channel, "error", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, channel string, notify, connected func()) error {
+	conn, err := pgx.Connect(ctx, s.url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	connected()
+	notify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		notify()
+	}
+}
