@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -177,3 +178,5 @@ func duplicates(recs []relaytest.Record) int {
 	}
 	return n
 }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,224 @@
+package relay
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
+)
+
+// produceFault fails every produce to topic with err until removed.
+func produceFault(env *relaytest.Env, topic string, err *kerr.Error, count int) *kfake.FaultHandle {
+	return env.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: count})
+}
+
+func insertCommitted(t *testing.T, env *relaytest.Env, evs ...any) []relaytest.Row {
+	t.Helper()
+	var out []relaytest.Row
+	for _, ev := range evs {
+		out = append(out, env.Insert(t, env.Pool, ev))
+	}
+	return out
+}
+
+func sequences(recs []relaytest.Record) []int64 {
+	out := []int64{}
+	for _, r := range recs {
+		out = append(out, r.Sequence)
+	}
+	return out
+}
+
+func ids(rows []relaytest.Row) []int64 {
+	out := []int64{}
+	for _, r := range rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// passUntil runs passes until the cursor reaches id.
+func passUntil(t *testing.T, n *node, env *relaytest.Env, id int64) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the cursor to pass the failed rows", func() bool {
+		n.pass(t)
+		return env.Cursor(t) >= id
+	})
+}
+
+func nextRetryAt(t *testing.T, env *relaytest.Env) map[int64]bool {
+	t.Helper()
+	rows, err := env.Pool.Query(context.Background(), `SELECT id FROM outbox WHERE next_retry_at IS NOT NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = true
+	}
+	return out
+}
+
+func hasPrefix(msgs []string, prefix string) bool {
+	for _, m := range msgs {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func likes(product int64, users ...string) []any {
+	var out []any
+	for _, u := range users {
+		out = append(out, events.LikeCreatedV1{UserID: u, ProductID: product})
+	}
+	return out
+}
+
+func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
+	env := relaytest.New(t)
+	n := newNode(t, env, testConfig(env, "node-a"))
+	n.lead(t)
+	rows := insertCommitted(t, env, likes(3, "a", "b", "c", "d")...)
+
+	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
+	res := n.pass(t)
+	if diff := cmp.Diff(PassResult{Retried: 1}, res); diff != "" {
+		t.Fatalf("pass while Kafka fails (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[int64]bool{rows[0].ID: true}, nextRetryAt(t, env)); diff != "" {
+		t.Errorf("rows with next_retry_at (-want +got):\n%s", diff)
+	}
+	if !hasPrefix(n.logs.messages("INFO"), "Message marked for retry: id="+itoa(rows[0].ID)+", nextRetryAt=") {
+		t.Errorf("no retry log line; INFO lines: %q", n.logs.messages("INFO"))
+	}
+	hits := fault.Hits()
+	if res := n.pass(t); res != (PassResult{}) {
+		t.Errorf("pass before the retry time: %+v, want nothing done", res)
+	}
+	if fault.Hits() != hits {
+		t.Errorf("a pass before the retry time sent to Kafka")
+	}
+
+	fault.Remove()
+	passUntil(t, n, env, rows[len(rows)-1].ID)
+	recs := env.Records(t, len(rows), 10*time.Second)
+	if diff := cmp.Diff(ids(rows), sequences(recs)); diff != "" {
+		t.Errorf("published sequences in log order (-want +got):\n%s", diff)
+	}
+}
+
+func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
+	env := relaytest.New(t)
+	n := newNode(t, env, testConfig(env, "node-a"))
+	n.lead(t)
+	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "old", ProductID: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := env.InsertRecord(t, env.Pool, rec, time.Now().Add(-10*time.Minute))
+	fresh := insertCommitted(t, env, likes(3, "new")...)[0]
+
+	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
+	res := n.pass(t)
+	if diff := cmp.Diff(PassResult{Failed: 1, Retried: 1, Cursor: old.ID}, res); diff != "" {
+		t.Fatalf("pass while Kafka fails (-want +got):\n%s", diff)
+	}
+	if _, ok := env.FailedIDs(t)[old.ID]; !ok {
+		t.Errorf("expired row %d is not in outbox_failed: %v", old.ID, env.FailedIDs(t))
+	}
+	if !hasPrefix(n.logs.messages("WARN"), "Message expired: id="+itoa(old.ID)+", createdAt=") {
+		t.Errorf("no expiry log line; WARN lines: %q", n.logs.messages("WARN"))
+	}
+	fault.Remove()
+	passUntil(t, n, env, fresh.ID)
+	recs := env.Records(t, 1, 10*time.Second)
+	if diff := cmp.Diff([]int64{fresh.ID}, sequences(recs)); diff != "" {
+		t.Errorf("published sequences (-want +got):\n%s", diff)
+	}
+}
+
+func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		insert func(t *testing.T, env *relaytest.Env) relaytest.Row
+		fault  func(env *relaytest.Env) *kfake.FaultHandle
+	}{
+		{
+			name:   "message too large",
+			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row { return insertCommitted(t, env, likes(4, "big")...)[0] },
+			fault: func(env *relaytest.Env) *kfake.FaultHandle {
+				return produceFault(env, "like-events", kerr.MessageTooLarge, 1)
+			},
+		},
+		{
+			name: "unknown type",
+			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
+				return env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
+			},
+		},
+		{
+			name: "type without a derivable topic",
+			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
+				return env.InsertRecord(t, env.Pool, events.Record{Type: "LikeCreated", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := relaytest.New(t)
+			n := newNode(t, env, testConfig(env, "node-a"))
+			n.lead(t)
+			bad := tt.insert(t, env)
+			if tt.fault != nil {
+				tt.fault(env)
+			}
+			res := n.pass(t)
+			if diff := cmp.Diff(PassResult{Failed: 1, Cursor: bad.ID}, res); diff != "" {
+				t.Fatalf("pass (-want +got):\n%s", diff)
+			}
+			if msg, ok := env.FailedIDs(t)[bad.ID]; !ok || msg == "" {
+				t.Errorf("row %d not in outbox_failed with its error: %v", bad.ID, env.FailedIDs(t))
+			}
+			good := insertCommitted(t, env, likes(4, "after")...)[0]
+			passUntil(t, n, env, good.ID)
+			recs := env.Records(t, 1, 10*time.Second)
+			if diff := cmp.Diff([]int64{good.ID}, sequences(recs)); diff != "" {
+				t.Errorf("published sequences (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAmbiguousProduceLeavesNoDuplicate: the broker appends the batch but
+// answers REQUEST_TIMED_OUT; the idempotent producer's retry must not append
+// it again.
+func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
+	env := relaytest.New(t)
+	n := newNode(t, env, testConfig(env, "node-a"))
+	n.lead(t)
+	rows := insertCommitted(t, env, likes(6, "a", "b", "c", "d", "e")...)
+	fault := produceFault(env, "like-events", kerr.RequestTimedOut, 1)
+	passUntil(t, n, env, rows[len(rows)-1].ID)
+	if fault.Hits() != 1 {
+		t.Fatalf("the fault answered %d produce requests, want 1", fault.Hits())
+	}
+	recs := env.Records(t, len(rows), 10*time.Second)
+	if diff := cmp.Diff(ids(rows), sequences(recs)); diff != "" {
+		t.Errorf("published sequences in log order (-want +got):\n%s", diff)
+	}
+}
