@@ -1,0 +1,85 @@
+package relay
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+)
+
+func TestLoadConfig(t *testing.T) {
+	base := map[string]string{
+		"DATABASE_URL":  "postgres://u:p@db:5432/commerce?sslmode=disable",
+		"KAFKA_BROKERS": "k1:9092, k2:9092",
+	}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	without := func(k string) map[string]string {
+		m := with()
+		delete(m, k)
+		return m
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		got, err := LoadConfig(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Config{
+			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: ":8081", NodeID: "n1",
+			BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
+			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("config (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("node id defaults to host and pid", func(t *testing.T) {
+		got, err := LoadConfig(config.FromMap(with()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.NodeID != defaultNodeID() {
+			t.Errorf("node id %q, want %q", got.NodeID, defaultNodeID())
+		}
+	})
+
+	bad := []struct {
+		name string
+		env  map[string]string
+		want string // the variable the error must name
+	}{
+		{"missing database URL", without("DATABASE_URL"), "DATABASE_URL"},
+		{"database URL of another scheme", with("DATABASE_URL", "mysql://db/x"), "DATABASE_URL"},
+		{"missing brokers", without("KAFKA_BROKERS"), "KAFKA_BROKERS"},
+		{"brokers without a host", with("KAFKA_BROKERS", " , "), "KAFKA_BROKERS"},
+		{"batch size zero", with("OUTBOX_RELAY_BATCH_SIZE", "0"), "OUTBOX_RELAY_BATCH_SIZE"},
+		{"batch size not a number", with("OUTBOX_RELAY_BATCH_SIZE", "many"), "OUTBOX_RELAY_BATCH_SIZE"},
+		{"send timeout negative", with("OUTBOX_RELAY_SEND_TIMEOUT", "-5s"), "OUTBOX_RELAY_SEND_TIMEOUT"},
+		{"retry interval unparsable", with("OUTBOX_RELAY_RETRY_INTERVAL", "10"), "OUTBOX_RELAY_RETRY_INTERVAL"},
+		{"max age zero", with("OUTBOX_RELAY_MAX_AGE", "0s"), "OUTBOX_RELAY_MAX_AGE"},
+		{"interval unparsable", with("OUTBOX_RELAY_INTERVAL", "soon"), "OUTBOX_RELAY_INTERVAL"},
+		{"lease TTL negative", with("OUTBOX_RELAY_LEASE_TTL", "-1m"), "OUTBOX_RELAY_LEASE_TTL"},
+		{"retention zero", with("OUTBOX_RETENTION", "0h"), "OUTBOX_RETENTION"},
+		{"node id too long", with("OUTBOX_RELAY_NODE_ID", strings.Repeat("n", 201)), "OUTBOX_RELAY_NODE_ID"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig(config.FromMap(tt.env))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one naming %s", err, tt.want)
+			}
+		})
+	}
+}
