@@ -1,8 +1,13 @@
 package engine_test
 
 import (
+	"context"
+	"sort"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/enginetest"
@@ -20,4 +25,45 @@ func TestBatchContract(t *testing.T) {
 			MaxRecords: 7, MaxBytes: 1 << 20, MaxWait: time.Millisecond, Concurrency: 2,
 		})
 	})
+}
+
+func TestBatchLimits(t *testing.T) {
+	tests := []struct {
+		name  string
+		opt   engine.BatchOptions
+		sizes []int
+		want  []int // batch lengths, in order
+	}{
+		{name: "record limit", opt: engine.BatchOptions{MaxRecords: 3, MaxBytes: 1000}, sizes: []int{1, 1, 1, 1, 1, 1, 1}, want: []int{3, 3, 1}},
+		{name: "byte limit", opt: engine.BatchOptions{MaxRecords: 100, MaxBytes: 10}, sizes: []int{4, 4, 4, 4, 20, 1}, want: []int{2, 2, 1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.opt.MaxWait = time.Hour // only Close flushes the remainder
+			tt.opt.Concurrency = 1
+			var mu sync.Mutex
+			var got []int
+			run := func(_ context.Context, ts []engine.Task) []error {
+				mu.Lock()
+				got = append(got, len(ts))
+				mu.Unlock()
+				return nil
+			}
+			e := engine.NewBatch(run, func([]engine.Completion) {}, tt.opt)
+			for i, s := range tt.sizes {
+				if err := e.Submit(engine.Task{Offset: int64(i), Size: s}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sort.Ints(got)
+			want := append([]int(nil), tt.want...)
+			sort.Ints(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("batch sizes (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
