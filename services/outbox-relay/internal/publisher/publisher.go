@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -199,44 +200,73 @@ func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.Pro
 	return pm, nil
 }
 
-// SendBatch sends msgs asynchronously and returns one result per message, in
-// order: nil on success, else the error (see [Permanent]). Outcomes that do
-// not arrive within the send timeout are ErrSendTimeout.
-func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
-	out := make([]error, len(msgs))
-	results := make(chan result, len(msgs))
-	pending := 0
-	for i, m := range msgs {
-		pm, err := p.ProducerMessage(ctx, m)
-		if err != nil {
-			out[i] = err
-			continue
-		}
-		pm.Metadata = slot{results: results, index: i}
-		select {
-		case p.producer.Input() <- pm:
-			pending++
-		case <-ctx.Done():
-			for j := i; j < len(msgs); j++ {
-				if out[j] == nil {
-					out[j] = ctx.Err()
-				}
-			}
-			return p.collect(ctx, out, results, pending)
-		}
-	}
-	return p.collect(ctx, out, results, pending)
+// Pending is a batch handed to the producer whose outcomes are not yet all
+// known.
+type Pending struct {
+	out      []error
+	arrived  []bool
+	results  chan result
+	pending  int
+	deadline time.Time
 }
 
-func (p *Publisher) collect(ctx context.Context, out []error, results <-chan result, pending int) []error {
-	arrived := make([]bool, len(out))
-	timer := time.NewTimer(p.sendTimeout)
-	defer timer.Stop()
-	for pending > 0 {
+// SendBatch sends msgs and waits for their outcomes: one result per message,
+// in order, nil on success, else the error (see [Permanent]).
+func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
+	return p.Send(ctx, msgs).Wait(ctx)
+}
+
+// Send maps msgs to records (on every CPU: the CloudEvents mapping is the
+// costly part) and hands them to the producer in order, without waiting for
+// the outcomes, so that the caller can prepare the next batch meanwhile.
+// Outcomes that do not arrive within the send timeout count as
+// ErrSendTimeout.
+func (p *Publisher) Send(ctx context.Context, msgs []Message) *Pending {
+	pd := &Pending{out: make([]error, len(msgs)), arrived: make([]bool, len(msgs)), results: make(chan result, len(msgs))}
+	pms := make([]*sarama.ProducerMessage, len(msgs))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(msgs)/64))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(msgs); i += workers {
+				pms[i], pd.out[i] = p.ProducerMessage(ctx, msgs[i])
+			}
+		})
+	}
+	wg.Wait()
+	for i, pm := range pms {
+		if pm == nil {
+			pd.arrived[i] = true
+			continue
+		}
+		pm.Metadata = slot{results: pd.results, index: i}
 		select {
-		case r := <-results:
-			out[r.index], arrived[r.index] = r.err, true
-			pending--
+		case p.producer.Input() <- pm:
+			pd.pending++
+		case <-ctx.Done():
+			for j := i; j < len(pms); j++ {
+				if pms[j] != nil {
+					pd.out[j], pd.arrived[j] = ctx.Err(), true
+				}
+			}
+			pd.deadline = time.Now()
+			return pd
+		}
+	}
+	pd.deadline = time.Now().Add(p.sendTimeout)
+	return pd
+}
+
+// Wait returns the outcomes, in message order, once all have arrived, the
+// send timeout has passed (ErrSendTimeout for the missing ones) or ctx ends.
+func (pd *Pending) Wait(ctx context.Context) []error {
+	timer := time.NewTimer(time.Until(pd.deadline))
+	defer timer.Stop()
+	for pd.pending > 0 {
+		select {
+		case r := <-pd.results:
+			pd.out[r.index], pd.arrived[r.index] = r.err, true
+			pd.pending--
 			continue
 		case <-timer.C:
 		case <-ctx.Done():
@@ -245,12 +275,12 @@ func (p *Publisher) collect(ctx context.Context, out []error, results <-chan res
 		if ctx.Err() != nil {
 			cause = ctx.Err()
 		}
-		for i := range out {
-			if out[i] == nil && !arrived[i] {
-				out[i] = cause
+		for i := range pd.out {
+			if !pd.arrived[i] {
+				pd.out[i], pd.arrived[i] = cause, true
 			}
 		}
-		return out
+		pd.pending = 0
 	}
-	return out
+	return pd.out
 }

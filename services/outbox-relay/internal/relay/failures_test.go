@@ -159,8 +159,10 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 		fault  func(env *relaytest.Env) *kfake.FaultHandle
 	}{
 		{
-			name:   "message too large",
-			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row { return insertCommitted(t, env, likes(4, "big")...)[0] },
+			name: "message too large",
+			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
+				return insertCommitted(t, env, likes(4, "big")...)[0]
+			},
 			fault: func(env *relaytest.Env) *kfake.FaultHandle {
 				return produceFault(env, "like-events", kerr.MessageTooLarge, 1)
 			},

@@ -78,37 +78,83 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 				"success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
 		}
 	}()
+	cur, err := r.prepare(ctx, cursor)
+	if err != nil {
+		return res, err
+	}
 	rereadGap := false
 	for {
-		b, err := r.store.ReadBatch(ctx, cursor, r.cfg.BatchSize)
-		if err != nil {
-			return res, err
+		// Pipelining: while the batch in flight is confirmed, the next one
+		// is read, mapped and handed to the producer. Only a full batch
+		// sent entirely can be followed; anything else ends the drain.
+		var (
+			next    *inflight
+			nextErr error
+		)
+		if len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
+			next, nextErr = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID)
 		}
-		r.gaps.recorded = false
-		ready := r.sendable(ctx, cursor, b)
-		more, err := r.confirm(ctx, fence, &res, b, ready)
+		more, err := r.confirm(ctx, fence, &res, cur)
 		if err != nil {
 			return res, err
 		}
 		advanced := res.Cursor != cursor
 		cursor = res.Cursor
 		r.gaps.forget(cursor)
-		switch {
-		case len(ready) < len(b.Rows) && r.gaps.recorded && !rereadGap && res.Retried == 0:
-			// A new gap can settle only in a later snapshot: read again
-			// once at once instead of waiting for the next pass.
-			rereadGap = true
-			continue
-		case !more || len(ready) < len(b.Rows) || len(b.Rows) < r.cfg.BatchSize:
-			return res, nil
+		if nextErr != nil {
+			return res, nextErr
 		}
 		if advanced {
 			rereadGap = false
+		}
+		switch {
+		case !more:
+			// A retriable failure stopped the pass; what the next batch
+			// already sent is published again, in order, after the retry.
+			return res, nil
+		case next != nil:
+			cur = next
+		case cur.newGap && !rereadGap:
+			// A new gap can settle only in a later snapshot: read again
+			// at once instead of waiting for the next pass.
+			rereadGap = true
+			if cur, err = r.prepare(ctx, cursor); err != nil {
+				return res, err
+			}
+		default:
+			return res, nil
 		}
 		if _, ok := r.elector.Fence(); !ok {
 			return res, nil
 		}
 	}
+}
+
+// inflight is a batch read and handed to the producer, not yet confirmed.
+type inflight struct {
+	batch   store.Batch
+	rows    []store.Row // the sendable prefix of batch.Rows
+	pending *publisher.Pending
+	newGap  bool // the prefix ends at a gap first seen in this read
+}
+
+// prepare reads the batch after id `after`, takes its sendable prefix and
+// hands it to the producer.
+func (r *Relay) prepare(ctx context.Context, after int64) (*inflight, error) {
+	b, err := r.store.ReadBatch(ctx, after, r.cfg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	r.gaps.recorded = false
+	rows := r.sendable(ctx, after, b)
+	msgs := make([]publisher.Message, len(rows))
+	for i, row := range rows {
+		msgs[i] = publisher.Message{
+			Sequence: row.ID, EventID: row.EventID, Type: row.EventType, Source: row.Source,
+			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
+		}
+	}
+	return &inflight{batch: b, rows: rows, pending: r.pub.Send(ctx, msgs), newGap: r.gaps.recorded}, nil
 }
 
 // sendable returns the rows of b that may be sent now: the id-ordered prefix
@@ -156,22 +202,16 @@ func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) []uint64
 	return out
 }
 
-// confirm sends rows and confirms the outcomes in id order: successes and
-// permanent or expired failures advance; the first retriable failure is
-// marked for retry and ends the pass. The cursor moves once, fenced. It
-// reports whether the pass may go on.
-func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, b store.Batch, rows []store.Row) (bool, error) {
+// confirm waits for the outcomes of a batch and confirms them in id order:
+// successes and permanent or expired failures advance; the first retriable
+// failure is marked for retry and ends the pass. The cursor moves once per
+// batch, fenced. It reports false when a retriable failure stopped the pass.
+func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, in *inflight) (bool, error) {
+	b, rows := in.batch, in.rows
 	if len(rows) == 0 {
-		return false, nil
+		return true, nil
 	}
-	msgs := make([]publisher.Message, len(rows))
-	for i, row := range rows {
-		msgs[i] = publisher.Message{
-			Sequence: row.ID, EventID: row.EventID, Type: row.EventType, Source: row.Source,
-			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
-		}
-	}
-	errs := r.pub.SendBatch(ctx, msgs)
+	errs := in.pending.Wait(ctx)
 
 	from, to := res.Cursor, res.Cursor
 	var (

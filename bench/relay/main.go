@@ -1,0 +1,491 @@
+// Command relay benchmarks the outbox relay binary against a real PostgreSQL
+// and an in-process Kafka-protocol cluster:
+//
+//  1. drain: 100,000 outbox rows committed at once, published by the relay,
+//     against a raw sarama async producer (same settings) sending the same
+//     100,000 records;
+//  2. latency: commit of an outbox row to its record being readable in
+//     Kafka, at 500 rows/s, woken by NOTIFY.
+//
+// It runs the real service binary (built into a temporary directory), so the
+// numbers include everything the deployed relay does. Run it from the module
+// root: eval "$(scripts/testenv.sh)" && go run ./bench/relay
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+type options struct {
+	rows       int
+	drainBatch int
+	rate       int
+	duration   time.Duration
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.rows, "rows", 100_000, "outbox rows to drain")
+	flag.IntVar(&o.drainBatch, "drain-batch", 1000, "OUTBOX_RELAY_BATCH_SIZE for the drain run")
+	flag.IntVar(&o.rate, "rate", 500, "rows per second for the latency run")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/relay:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	reg := events.NewRegistry()
+	tmp, err := os.MkdirTemp("", "bench-relay-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "outbox-relay")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/outbox-relay")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build the relay (run from the module root): %w", err)
+	}
+	payloads, err := makePayloads(reg, o.rows)
+	if err != nil {
+		return err
+	}
+
+	baseline, err := rawProducer(ctx, reg, payloads)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	drain, err := drainRun(ctx, reg, bin, tmp, o, payloads)
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	lat, err := latencyRun(ctx, reg, bin, tmp, o)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+
+	drainRate := float64(o.rows) / drain.Seconds()
+	baseRate := float64(o.rows) / baseline.Seconds()
+	ratio := drainRate / baseRate
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "relay benchmark\t(%d rows; drain batch size %d; latency at %d rows/s for %s, %d samples)\n", o.rows, o.drainBatch, o.rate, o.duration, lat.n)
+	fmt.Fprintln(w, "metric\toutbox-relay\tbaseline: raw sarama async producer\tratio\ttarget\tresult")
+	fmt.Fprintf(w, "drain %d rows (events/s)\t%.0f (%s)\t%.0f (%s)\t%.2f\t≥ 50000 events/s and ≥ 0.50 × baseline\t%s\n",
+		o.rows, drainRate, drain.Round(time.Millisecond), baseRate, baseline.Round(time.Millisecond), ratio,
+		verdict(drainRate >= 50_000 && ratio >= 0.5))
+	fmt.Fprintf(w, "commit → Kafka latency p50\t%s\t-\t-\t-\t-\n", lat.p50.Round(10*time.Microsecond))
+	fmt.Fprintf(w, "commit → Kafka latency p99\t%s\t-\t-\t≤ 50ms\t%s\n", lat.p99.Round(10*time.Microsecond), verdict(lat.p99 <= 50*time.Millisecond))
+	fmt.Fprintf(w, "commit → Kafka latency max\t%s\t-\t-\t-\t-\n", lat.max.Round(10*time.Microsecond))
+	return w.Flush()
+}
+
+// payload is one event as the outbox stores it.
+type payload struct {
+	eventID string
+	rec     events.Record
+}
+
+func makePayloads(reg *events.Registry, n int) ([]payload, error) {
+	out := make([]payload, n)
+	for i := range out {
+		var ev any
+		p := int64(i%500 + 1)
+		switch i % 4 {
+		case 0:
+			ev = events.ProductViewedV1{ProductID: p, UserID: "user-" + strconv.Itoa(i%977)}
+		case 1:
+			ev = events.LikeCreatedV1{UserID: "user-" + strconv.Itoa(i%977), ProductID: p}
+		case 2:
+			ev = events.OrderPaidV1{OrderID: int64(i + 1), PaymentID: int64(i + 1), Amount: 12000,
+				Items: []events.OrderItem{{ProductID: p, Quantity: 2, UnitPrice: 6000}}}
+		default:
+			ev = events.LikeCanceledV1{UserID: "user-" + strconv.Itoa(i%977), ProductID: p}
+		}
+		rec, err := reg.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = payload{eventID: uuid.NewString(), rec: rec}
+	}
+	return out, nil
+}
+
+func newCluster(reg *events.Registry) (*kfake.Cluster, error) {
+	return kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, reg.Topics()...))
+}
+
+// producerConfig is the relay's producer configuration (acks=all,
+// idempotent, one request in flight, 3 retries), for the baseline.
+func producerConfig() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+	cfg.Producer.Retry.Max = 3
+	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
+	cfg.Producer.Timeout = 5 * time.Second
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+	cfg.ChannelBufferSize = 4096
+	return cfg
+}
+
+// rawProducer sends the payloads, mapped to the same CloudEvents records as
+// the relay sends, with a bare async producer and no database, and returns
+// the time from the first send to the last acknowledgement.
+func rawProducer(ctx context.Context, reg *events.Registry, payloads []payload) (time.Duration, error) {
+	cluster, err := newCluster(reg)
+	if err != nil {
+		return 0, err
+	}
+	defer cluster.Close()
+	msgs := make([]*sarama.ProducerMessage, len(payloads))
+	now := time.Now()
+	for i, p := range payloads {
+		topic, err := events.TopicOf(p.rec.Type)
+		if err != nil {
+			return 0, err
+		}
+		ce, err := reg.ToCloudEvent(events.Envelope{ID: p.eventID, Source: "commerce-api", Time: now, Sequence: int64(i + 1), Record: p.rec})
+		if err != nil {
+			return 0, err
+		}
+		pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(p.rec.AggregateID)}
+		wctx := binding.WithForceBinary(kafka_sarama.WithSkipKeyMapping(ctx))
+		if err := kafka_sarama.WriteProducerMessage(wctx, binding.ToMessage(&ce), pm); err != nil {
+			return 0, err
+		}
+		msgs[i] = pm
+	}
+	producer, err := sarama.NewAsyncProducer(cluster.ListenAddrs(), producerConfig())
+	if err != nil {
+		return 0, err
+	}
+	defer producer.Close()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		var failed error
+		for range len(msgs) {
+			select {
+			case <-producer.Successes():
+			case e := <-producer.Errors():
+				failed = errors.Join(failed, e)
+			}
+		}
+		errc <- failed
+	}()
+	for _, m := range msgs {
+		producer.Input() <- m
+	}
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// relayProcess runs the relay binary until stop is called.
+type relayProcess struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func startRelay(ctx context.Context, bin, dir, name string, env map[string]string) (*relayProcess, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "ADMIN_ADDR=127.0.0.1:0", "OUTBOX_RELAY_NODE_ID="+name)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &relayProcess{cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	return p, nil
+}
+
+func (p *relayProcess) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		return errors.New("relay did not stop within 15s of SIGTERM")
+	}
+}
+
+// waitFor polls cond every step until it holds or the timeout passes.
+func waitFor(ctx context.Context, timeout, step time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(step):
+		}
+	}
+}
+
+type bed struct {
+	pool    *pgxpool.Pool
+	cluster *kfake.Cluster
+	relay   *relayProcess
+	close   func()
+}
+
+// newBed starts a fresh database, a cluster and the relay with env, and
+// waits until the relay leads.
+func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, env map[string]string) (*bed, error) {
+	url, drop, err := testenv.NewDatabase(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := newCluster(reg)
+	if err != nil {
+		_ = drop()
+		return nil, err
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		cluster.Close()
+		_ = drop()
+		return nil, err
+	}
+	b := &bed{pool: pool, cluster: cluster}
+	b.close = func() {
+		if b.relay != nil {
+			if err := b.relay.stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "bench/relay: stop relay:", err)
+			}
+		}
+		pool.Close()
+		cluster.Close()
+		_ = drop()
+	}
+	env["DATABASE_URL"] = url
+	env["KAFKA_BROKERS"] = cluster.ListenAddrs()[0]
+	if b.relay, err = startRelay(ctx, bin, dir, name, env); err != nil {
+		b.close()
+		return nil, err
+	}
+	err = waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the relay to take the lease", func() (bool, error) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
+		return n == 1, err
+	})
+	if err != nil {
+		b.close()
+		return nil, fmt.Errorf("%w (relay log: %s)", err, filepath.Join(dir, name+".log"))
+	}
+	return b, nil
+}
+
+func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o options, payloads []payload) (time.Duration, error) {
+	b, err := newBed(ctx, reg, bin, dir, "drain", map[string]string{"OUTBOX_RELAY_BATCH_SIZE": strconv.Itoa(o.drainBatch)})
+	if err != nil {
+		return 0, err
+	}
+	defer b.close()
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"},
+		[]string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload"},
+		pgx.CopyFromSlice(len(payloads), func(i int) ([]any, error) {
+			p := payloads[i]
+			return []any{p.eventID, p.rec.Type, "commerce-api", p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data)}, nil
+		}))
+	if err != nil {
+		return 0, fmt.Errorf("fill the outbox: %w", err)
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&last); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	err = waitFor(ctx, 5*time.Minute, time.Millisecond, "the relay to drain the outbox", func() (bool, error) {
+		var cursor int64
+		err := b.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor`).Scan(&cursor)
+		return cursor >= last, err
+	})
+	elapsed := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if n, err := countRecords(ctx, b.cluster, reg); err != nil || n < int64(len(payloads)) {
+		return 0, fmt.Errorf("kafka holds %d records, want %d (%v)", n, len(payloads), err)
+	}
+	return elapsed, nil
+}
+
+// countRecords reads every record of the event topics once.
+func countRecords(ctx context.Context, cluster *kfake.Cluster, reg *events.Registry) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(reg.Topics()...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	var n int64
+	idle := 0
+	for idle < 5 {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		got := int64(fs.NumRecords())
+		if got == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		n += got
+	}
+	return n, ctx.Err()
+}
+
+type latency struct {
+	n             int
+	p50, p99, max time.Duration
+}
+
+func latencyRun(ctx context.Context, reg *events.Registry, bin, dir string, o options) (latency, error) {
+	b, err := newBed(ctx, reg, bin, dir, "latency", map[string]string{})
+	if err != nil {
+		return latency{}, err
+	}
+	defer b.close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cluster.ListenAddrs()...), kgo.ConsumeTopics(reg.Topics()...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return latency{}, err
+	}
+	defer cl.Close()
+
+	var (
+		mu        sync.Mutex
+		committed = map[string]time.Time{}
+		arrived   = map[string]time.Time{}
+	)
+	total := int(o.duration.Seconds() * float64(o.rate))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for cctx.Err() == nil {
+			fs := cl.PollFetches(cctx)
+			now := time.Now()
+			mu.Lock()
+			fs.EachRecord(func(r *kgo.Record) {
+				for _, h := range r.Headers {
+					if h.Key == "ce_id" {
+						arrived[string(h.Value)] = now
+					}
+				}
+			})
+			done := len(arrived) >= total
+			mu.Unlock()
+			if done {
+				return
+			}
+		}
+	}()
+
+	payloads, err := makePayloads(reg, total)
+	if err != nil {
+		return latency{}, err
+	}
+	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	defer tick.Stop()
+	for _, p := range payloads {
+		select {
+		case <-ctx.Done():
+			return latency{}, ctx.Err()
+		case <-tick.C:
+		}
+		_, err := b.pool.Exec(ctx, `
+			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
+			VALUES ($1, $2, 'commerce-api', $3, $4, $5)`, p.eventID, p.rec.Type, p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data))
+		now := time.Now()
+		if err != nil {
+			return latency{}, err
+		}
+		mu.Lock()
+		committed[p.eventID] = now
+		mu.Unlock()
+	}
+	select {
+	case <-consumed:
+	case <-time.After(30 * time.Second):
+		return latency{}, fmt.Errorf("only %d of %d records arrived", len(arrived), total)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var ds []time.Duration
+	for id, at := range committed {
+		ds = append(ds, max(arrived[id].Sub(at), 0))
+	}
+	slices.Sort(ds)
+	pct := func(p float64) time.Duration { return ds[min(len(ds)-1, int(float64(len(ds))*p))] }
+	return latency{n: len(ds), p50: pct(0.50), p99: pct(0.99), max: ds[len(ds)-1]}, nil
+}
