@@ -25,6 +25,7 @@ const (
 	Unordered
 )
 
+// String returns the ordering's name.
 func (o Ordering) String() string {
 	switch o {
 	case KeyOrder:

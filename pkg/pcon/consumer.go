@@ -154,7 +154,7 @@ func batchRunner(h BatchHandler) engine.Runner {
 // Config.RevokeGrace to finish, progress is committed, and every goroutine
 // the Consumer started has exited when Run returns. Run returns nil after a
 // clean shutdown. A Consumer runs once.
-func (c *Consumer) Run(ctx context.Context) (err error) {
+func (c *Consumer) Run(ctx context.Context) error {
 	c.mu.Lock()
 	switch {
 	case c.closed:

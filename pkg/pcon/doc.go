@@ -80,18 +80,27 @@
 // same Consumer its records wait until the old epoch's handlers have
 // returned, so one Consumer never runs two records of a key at once.
 //
-// # Backpressure
+// # Backpressure and memory
 //
 // When records in flight plus records buffered reach Config.MaxInFlight,
-// fetching pauses; it resumes when they fall to 70 % of it.
+// fetching pauses; it resumes when they fall to 70 % of it. Pausing stops
+// the partition feeders from taking records off sarama, whose bounded
+// buffers then hold back further fetches (sarama's Pause API is not used:
+// with every partition paused sarama sleeps 100 ms before it sees a
+// resume). Memory is therefore bounded by MaxInFlight records plus sarama's
+// buffers: Consumer.Fetch.Default bytes per partition, decoded, and
+// ChannelBufferSize messages per partition. With compressed batches of
+// small records a 1 MiB fetch decodes into ~100k messages, so lower
+// Fetch.Default when memory matters.
 //
 // # Goroutines and concurrency
 //
 //   - New starts nothing. Run starts sarama's goroutines and pcon's own: one
 //     per claimed partition (feeding records), one committer per group
-//     session, handler goroutines (at most MaxInFlight for a RecordHandler;
-//     at most Batch.Concurrency running batches for a BatchHandler), and one
-//     per record being dead-lettered. All have exited when Run returns.
+//     session, handler goroutines (for a RecordHandler, workers started on
+//     demand, at most MaxInFlight, kept until shutdown; for a BatchHandler,
+//     one per formed batch, at most Batch.Concurrency running), and one per
+//     record being dead-lettered. All have exited when Run returns.
 //   - Handlers run concurrently with each other: the same handler value is
 //     called from many goroutines. Two records of one key (KeyOrder) or one
 //     partition (PartitionOrder) never run at the same time in one
