@@ -70,7 +70,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { if os.Getenv("XKEEP") == "" { os.RemoveAll(tmp) } else { fmt.Fprintln(os.Stderr, "kept", tmp) } }()
 	bin := filepath.Join(tmp, "outbox-relay")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/outbox-relay")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -78,21 +78,28 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 				"success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
 		}
 	}()
-	cur, err := r.prepare(ctx, cursor)
+	rd := r.startReader(ctx, cursor)
+	defer func() { rd.stop() }()
+	b, err := rd.next(ctx)
 	if err != nil {
 		return res, err
 	}
+	cur := r.prepare(ctx, cursor, b)
 	rereadGap := false
 	for {
-		// Pipelining: while the batch in flight is confirmed, the next one
-		// is read, mapped and handed to the producer. Only a full batch
-		// sent entirely can be followed; anything else ends the drain.
+		// Pipelining: the reader is already reading ahead; while the batch
+		// in flight is confirmed, the next one is mapped and handed to the
+		// producer. Only a full batch sent entirely can be followed;
+		// anything else ends the drain.
 		var (
 			next    *inflight
 			nextErr error
 		)
 		if len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
-			next, nextErr = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID)
+			var nb store.Batch
+			if nb, nextErr = rd.next(ctx); nextErr == nil {
+				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb)
+			}
 		}
 		more, err := r.confirm(ctx, fence, &res, cur)
 		if err != nil {
@@ -118,9 +125,12 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 			// A new gap can settle only in a later snapshot: read again
 			// at once instead of waiting for the next pass.
 			rereadGap = true
-			if cur, err = r.prepare(ctx, cursor); err != nil {
+			rd.stop()
+			rd = r.startReader(ctx, cursor)
+			if b, err = rd.next(ctx); err != nil {
 				return res, err
 			}
+			cur = r.prepare(ctx, cursor, b)
 		default:
 			return res, nil
 		}
@@ -138,13 +148,9 @@ type inflight struct {
 	newGap  bool // the prefix ends at a gap first seen in this read
 }
 
-// prepare reads the batch after id `after`, takes its sendable prefix and
-// hands it to the producer.
-func (r *Relay) prepare(ctx context.Context, after int64) (*inflight, error) {
-	b, err := r.store.ReadBatch(ctx, after, r.cfg.BatchSize)
-	if err != nil {
-		return nil, err
-	}
+// prepare takes the sendable prefix of b, read after id `after`, and hands it
+// to the producer.
+func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch) *inflight {
 	r.gaps.recorded = false
 	rows := r.sendable(ctx, after, b)
 	msgs := make([]publisher.Message, len(rows))
@@ -154,7 +160,57 @@ func (r *Relay) prepare(ctx context.Context, after int64) (*inflight, error) {
 			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
 		}
 	}
-	return &inflight{batch: b, rows: rows, pending: r.pub.Send(ctx, msgs), newGap: r.gaps.recorded}, nil
+	return &inflight{batch: b, rows: rows, pending: r.pub.Send(ctx, msgs), newGap: r.gaps.recorded}
+}
+
+// reader reads batches ahead of the pass, so that the database read of batch
+// N+1 overlaps the mapping and confirmation of batch N. It stays at most two
+// batches ahead and stops after a batch that is not full.
+type reader struct {
+	results chan readResult
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type readResult struct {
+	batch store.Batch
+	err   error
+}
+
+func (r *Relay) startReader(ctx context.Context, after int64) *reader {
+	ctx, cancel := context.WithCancel(ctx)
+	rd := &reader{results: make(chan readResult, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(rd.done)
+		for {
+			b, err := r.store.ReadBatch(ctx, after, r.cfg.BatchSize)
+			select {
+			case rd.results <- readResult{batch: b, err: err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(b.Rows) < r.cfg.BatchSize {
+				return
+			}
+			after = b.Rows[len(b.Rows)-1].ID
+		}
+	}()
+	return rd
+}
+
+// next returns the next batch. Call it only after a full batch (or first).
+func (rd *reader) next(ctx context.Context) (store.Batch, error) {
+	select {
+	case x := <-rd.results:
+		return x.batch, x.err
+	case <-ctx.Done():
+		return store.Batch{}, ctx.Err()
+	}
+}
+
+func (rd *reader) stop() {
+	rd.cancel()
+	<-rd.done
 }
 
 // sendable returns the rows of b that may be sent now: the id-ordered prefix
