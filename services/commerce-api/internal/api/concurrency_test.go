@@ -255,3 +255,35 @@ func TestPaymentsLockProductsInIDOrder(t *testing.T) {
 		t.Errorf("StockDepleted events (-want +got):\n%s", diff)
 	}
 }
+
+// TestPlacingOrdersWhilePayingAndLiking mixes, on the same two products,
+// placing orders whose lines name them against id order, paying orders, and
+// liking and unliking. Placing an order takes key-share locks on its products
+// through the foreign keys, in line order; writers locking products FOR
+// UPDATE would conflict with those and deadlock (a 500 here).
+func TestPlacingOrdersWhilePayingAndLiking(t *testing.T) {
+	const n = 60
+	e := newEnv(t)
+	a := e.createProduct(t, "a", 10, 10*n)
+	b := e.createProduct(t, "b", 20, 10*n)
+	paid := make([]int64, n)
+	for i := range paid {
+		paid[i] = e.createOrder(t, "u", [2]int64{a, 1}, [2]int64{b, 1}).ID
+	}
+	body := fmt.Sprintf(`{"items":[{"productId":%d,"quantity":1},{"productId":%d,"quantity":1}]}`, b, a)
+	race(3*n, func(i int) {
+		var r response
+		switch i % 3 {
+		case 0:
+			r = e.do(t, "POST", "/api/v1/orders", "u", body)
+		case 1:
+			r = e.do(t, "POST", fmt.Sprintf("/api/v1/orders/%d/payments", paid[i/3]), "u", "")
+		default:
+			method := []string{"POST", "DELETE"}[i/3%2]
+			r = e.do(t, method, fmt.Sprintf("/api/v1/products/%d/likes", []int64{a, b}[i/3%2]), fmt.Sprint("liker-", i%7), "")
+		}
+		if r.Status >= 300 {
+			t.Errorf("request %d: %d %s", i, r.Status, r.Body)
+		}
+	})
+}

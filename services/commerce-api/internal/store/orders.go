@@ -135,7 +135,7 @@ func (tx *Tx) order(user string, id int64, mode string) (Order, error) {
 func (s *Store) PayOrder(ctx context.Context, user string, id int64) (Payment, error) {
 	var pay Payment
 	err := s.InTx(ctx, func(tx *Tx) error {
-		o, err := tx.order(user, id, "FOR UPDATE")
+		o, err := tx.order(user, id, "FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (s *Store) PayOrder(ctx context.Context, user string, id int64) (Payment, e
 		for i, it := range items {
 			pay.Products[i] = it.ProductID
 		}
-		left, err := tx.productValues("stock", pay.Products, "ORDER BY id FOR UPDATE")
+		left, err := tx.productValues("stock", pay.Products, "ORDER BY id FOR NO KEY UPDATE")
 		if err != nil {
 			return err
 		}

@@ -76,7 +76,7 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 	var p Product
 	err := s.InTx(ctx, func(tx *Tx) error {
 		// FOR SHARE: views commute with each other but not with likes or
-		// stock changes of the product, which take FOR UPDATE.
+		// stock changes of the product, which take FOR NO KEY UPDATE.
 		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ? FOR SHARE OF p`, id).Scan(&p)
 		if err := productFound(id, res.RowsAffected, res.Error); err != nil {
 			return err
@@ -118,8 +118,14 @@ func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size i
 	return items, total, nil
 }
 
-// lockProduct locks the product row in the given mode ("FOR UPDATE" or
+// lockProduct locks the product row in the given mode ("FOR NO KEY UPDATE" or
 // "FOR SHARE"); the mode is a constant of the caller, never input.
+//
+// Writers take FOR NO KEY UPDATE, never FOR UPDATE: inserting order items or
+// likes takes FOR KEY SHARE on their products through the foreign keys, in
+// line order, and FOR UPDATE conflicts with that, so placing an order could
+// deadlock with a payment locking the same products in id order. NO KEY
+// UPDATE still excludes every other writer and FOR SHARE readers.
 func (tx *Tx) lockProduct(id int64, mode string) error {
 	var got int64
 	res := tx.db.Raw(`SELECT id FROM products WHERE id = ? `+mode, id).Scan(&got)
