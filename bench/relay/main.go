@@ -47,6 +47,7 @@ type options struct {
 	drainBatch int
 	rate       int
 	duration   time.Duration
+	keep       bool
 }
 
 func main() {
@@ -55,6 +56,7 @@ func main() {
 	flag.IntVar(&o.drainBatch, "drain-batch", 1000, "OUTBOX_RELAY_BATCH_SIZE for the drain run")
 	flag.IntVar(&o.rate, "rate", 500, "rows per second for the latency run")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the relay logs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,7 +72,13 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer func() { if os.Getenv("XKEEP") == "" { os.RemoveAll(tmp) } else { fmt.Fprintln(os.Stderr, "kept", tmp) } }()
+	defer func() {
+		if o.keep {
+			fmt.Fprintln(os.Stderr, "bench/relay: relay logs kept in", tmp)
+			return
+		}
+		os.RemoveAll(tmp)
+	}()
 	bin := filepath.Join(tmp, "outbox-relay")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./services/outbox-relay")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
