@@ -92,6 +92,7 @@ type Core struct {
 	waiting  int               // failed, waiting for a retry
 	paused   bool
 	outbox   []engine.Task // dispatched under the lock, submitted after it
+	buffers  sync.Pool     // of *[]engine.Task, recycled outboxes
 	stats    map[engine.TP]*Counters
 	latency  map[string]*Histogram
 }
@@ -244,6 +245,11 @@ func (c *Core) dispatchable(p *part) bool {
 func (c *Core) startLocked(p *part) {
 	it := p.ready.pop()
 	it.attempts++
+	if c.outbox == nil {
+		if b, ok := c.buffers.Get().(*[]engine.Task); ok {
+			c.outbox = *b
+		}
+	}
 	c.outbox = append(c.outbox, engine.Task{TP: p.tp, Offset: it.off, Epoch: p.epoch, Size: it.size, Payload: it})
 	p.queued--
 	c.queued--
@@ -266,6 +272,10 @@ func (c *Core) unlockAndSubmit() {
 		c.log.Warn("pcon: engine refused tasks", "error", err, "tasks", len(tasks))
 		c.refuse(tasks)
 	}
+	// Engines copy what they accept, so the buffer can serve again.
+	clear(tasks)
+	tasks = tasks[:0]
+	c.buffers.Put(&tasks)
 }
 
 func (c *Core) refuse(tasks []engine.Task) {
@@ -390,7 +400,6 @@ func (c *Core) settleLocked(p *part, it *item, done bool) {
 				p.ready.push(next)
 			} else {
 				l.busy = false
-				p.dropLane(l)
 			}
 		}
 	}
@@ -458,6 +467,7 @@ func (c *Core) Commits() []Commit {
 }
 
 func (c *Core) commitLocked(p *part) Commit {
+	p.sweepLanes()
 	off := p.tr.Committable()
 	if off != p.lastCommit.Offset || p.tr.Gap() != p.lastGap || p.lastCommit.Epoch == 0 {
 		p.scratch = p.tr.CompletedAbove(p.scratch[:0])

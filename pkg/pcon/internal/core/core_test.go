@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -394,5 +395,28 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestIdleLanesAreSwept(t *testing.T) {
+	h := newHarness(t, Config{MaxInFlight: 100_000, Ordering: ByKey})
+	ep := h.c.Assign(tp0, 0, "")
+	const n = 5 * idleLanes
+	ks := map[int64]string{}
+	offs := make([]int64, n)
+	for i := range offs {
+		offs[i] = int64(i)
+		ks[int64(i)] = "key-" + strconv.Itoa(i) // every record its own key
+	}
+	h.add(tp0, ep, ks, offs...)
+	for _, tk := range h.take() {
+		h.complete(tk, nil)
+	}
+	h.c.Commits()
+	h.c.mu.Lock()
+	left := len(h.c.parts[tp0].lanes)
+	h.c.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d idle lanes kept after a sweep", left)
 	}
 }

@@ -13,6 +13,7 @@ type part struct {
 	epoch    uint64
 	tr       *offsets.Tracker
 	lanes    map[string]*lane
+	sweepAt  int // lane count that triggers a sweep outside commits
 	ready    readyHeap
 	logEnd   int64
 	counters *Counters
@@ -34,23 +35,40 @@ type part struct {
 }
 
 func newPart(tp engine.TP, epoch uint64, tr *offsets.Tracker) *part {
-	return &part{tp: tp, epoch: epoch, tr: tr, lanes: make(map[string]*lane), blockOff: -1}
+	return &part{tp: tp, epoch: epoch, tr: tr, lanes: make(map[string]*lane), blockOff: -1, sweepAt: 2 * idleLanes}
 }
 
 func (p *part) laneFor(key string) *lane {
 	l := p.lanes[key]
 	if l == nil {
+		if len(p.lanes) >= p.sweepAt {
+			// Many distinct keys between commits: sweep now, and next at
+			// twice what stays, so the cost per record stays constant.
+			p.sweepLanes()
+			p.sweepAt = max(2*len(p.lanes), 2*idleLanes)
+		}
 		l = &lane{key: key}
 		p.lanes[key] = l
 	}
 	return l
 }
 
-// dropLane forgets an idle lane so memory follows active keys, not all keys
-// ever seen.
-func (p *part) dropLane(l *lane) {
-	if !l.busy && l.queue.len() == 0 {
-		delete(p.lanes, l.key)
+// idleLanes is how many idle lanes a partition keeps between sweeps. Idle
+// lanes of recently seen keys are kept because a hot key comes back at once,
+// and deleting and recreating its lane costs a map write and an allocation
+// per record.
+const idleLanes = 4096
+
+// sweepLanes forgets idle lanes once there are many, so memory follows the
+// keys seen since the last commit rather than all keys ever seen.
+func (p *part) sweepLanes() {
+	if len(p.lanes) <= idleLanes {
+		return
+	}
+	for k, l := range p.lanes {
+		if !l.busy && l.queue.len() == 0 {
+			delete(p.lanes, k)
+		}
 	}
 }
 
