@@ -134,3 +134,15 @@ func TestNotifyWakesThePassAndSurvivesALostConnection(t *testing.T) {
 		return hasPrefix(n.logs.messages("WARN"), "outbox LISTEN connection lost")
 	})
 }
+
+func TestGracefulStopReleasesTheLease(t *testing.T) {
+	env := relaytest.New(t)
+	a := newNode(t, env, testConfig(env, "node-a"))
+	stop := a.start(t, true)
+	eventually(t, 10*time.Second, "node-a to lead", a.leading)
+	stop()
+	b := newNode(t, env, testConfig(env, "node-b"))
+	if ok, err := b.svc.elector.TryAcquire(context.Background()); err != nil || !ok {
+		t.Fatalf("node-b could not take the lease right after node-a stopped: ok=%v err=%v", ok, err)
+	}
+}

@@ -64,6 +64,12 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	}
 	start := time.Now()
 	defer func() { r.metrics.passDuration.Observe(time.Since(start).Seconds()) }()
+	// On shutdown the pass stops between batches, but the batch in flight
+	// gets up to a send timeout to be confirmed, so a stopping node does not
+	// leave published rows for the next leader to publish again.
+	stop := ctx
+	ctx, release := graceful(stop, r.cfg.SendTimeout)
+	defer release()
 
 	var res PassResult
 	cursor, err := r.store.Cursor(ctx)
@@ -134,9 +140,19 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		default:
 			return res, nil
 		}
-		if _, ok := r.elector.Fence(); !ok {
+		if _, ok := r.elector.Fence(); !ok || stop.Err() != nil {
 			return res, nil
 		}
+	}
+}
+
+// graceful returns a context that ends grace after ctx ends.
+func graceful(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	unhook := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return out, func() {
+		unhook()
+		cancel()
 	}
 }
 
