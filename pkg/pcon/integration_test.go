@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,4 +138,50 @@ func TestHardStopRestart(t *testing.T) {
 	e.waitCommitted(group, endOffsets(recs))
 	stopB()
 	checkClean(t, chk)
+}
+
+// TestOrderingModesEndToEnd checks the other two orderings against the
+// broker: PartitionOrder never overlaps records of a partition and handles
+// them in offset order; Unordered handles everything.
+func TestOrderingModesEndToEnd(t *testing.T) {
+	tests := []struct {
+		name     string
+		ordering pcon.Ordering
+	}{
+		{name: "partition", ordering: pcon.PartitionOrder},
+		{name: "unordered", ordering: pcon.Unordered},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			recs := e.produce(5000, keyMod(100))
+			chk := newOrderChecker(recs)
+			var active [partitions]atomic.Int32
+			var last [partitions]atomic.Int64
+			for p := range last {
+				last[p].Store(-1)
+			}
+			group := "mode-" + tt.name
+			cfg := e.config(group)
+			cfg.Ordering = tt.ordering
+			_, stop := start(t, cfg, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
+				if tt.ordering == pcon.PartitionOrder {
+					chk.begin(r) // partition order implies key order
+					if active[r.Partition].Add(1) != 1 {
+						chk.violate("p%d: two records at once", r.Partition)
+					}
+					if prev := last[r.Partition].Swap(r.Offset); prev >= r.Offset {
+						chk.violate("p%d: offset %d after %d", r.Partition, r.Offset, prev)
+					}
+					jitter()
+					active[r.Partition].Add(-1)
+				}
+				chk.end(r)
+				return nil
+			}))
+			e.waitCommitted(group, endOffsets(recs))
+			stop()
+			checkClean(t, chk)
+		})
+	}
 }

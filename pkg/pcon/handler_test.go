@@ -1,0 +1,91 @@
+package pcon
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+)
+
+func TestKeyResolvers(t *testing.T) {
+	r := &Record{Key: []byte("rk"), Headers: []Header{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("tenant"), Value: []byte("acme")}}}
+	tests := []struct {
+		name string
+		kr   KeyResolver
+		want string
+	}{
+		{name: "record key", kr: RecordKey, want: "rk"},
+		{name: "header", kr: HeaderKey("tenant"), want: "acme"},
+		{name: "missing header means no key", kr: HeaderKey("absent"), want: ""},
+		{name: "function", kr: func(r *Record) string { return string(r.Key) + "!" }, want: "rk!"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.kr(r); got != tt.want {
+				t.Errorf("key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	base := errors.New("bad")
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "plain", err: base, want: false},
+		{name: "permanent", err: Permanent(base), want: true},
+		{name: "wrapped permanent", err: errors.Join(errors.New("ctx"), Permanent(base)), want: true},
+		{name: "nil stays nil", err: Permanent(nil), want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := isPermanent(tt.err); got != tt.want {
+				t.Errorf("isPermanent = %v", got)
+			}
+		})
+	}
+	if !errors.Is(Permanent(base), base) {
+		t.Error("Permanent hides its cause from errors.Is")
+	}
+}
+
+func TestBatchRunnerAttribution(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name string
+		ret  error
+		want []error
+	}{
+		{name: "success", ret: nil, want: nil},
+		{name: "batch error names records", ret: &BatchError{Failed: map[int]error{1: boom, 7: boom}}, want: []error{nil, boom, nil}},
+		{name: "other error fails all", ret: boom, want: []error{boom, boom, boom}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := batchRunner(func(context.Context, []*Record) error { return tt.ret })
+			tasks := make([]engine.Task, 3)
+			h := core.New(core.Config{MaxInFlight: 3, MaxAttempts: 1}, core.Deps{
+				Submit:    func(ts ...engine.Task) error { copy(tasks, ts); return nil },
+				SetPaused: func(bool) {},
+			})
+			defer h.Close()
+			ep := h.Assign(engine.TP{Topic: "t"}, 0, "")
+			items := []core.Item{{Offset: 0, Payload: &Record{}}, {Offset: 1, Payload: &Record{}}, {Offset: 2, Payload: &Record{}}}
+			h.Add(engine.TP{Topic: "t"}, ep, items, 3)
+			got := run(context.Background(), tasks)
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := (&BatchError{Failed: map[int]error{2: boom, 0: boom}}).Error(); got != "pcon: 2 records of the batch failed; [0]: boom; [2]: boom" {
+		t.Errorf("Error() = %q", got)
+	}
+}
