@@ -216,25 +216,44 @@ func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
 	return p.Send(ctx, msgs).Wait(ctx)
 }
 
-// Send maps msgs to records (on every CPU: the CloudEvents mapping is the
-// costly part) and hands them to the producer in order, without waiting for
-// the outcomes, so that the caller can prepare the next batch meanwhile.
-// Outcomes that do not arrive within the send timeout count as
-// ErrSendTimeout.
+// Send maps msgs to records and hands them to the producer in order,
+// without waiting for the outcomes. Outcomes that do not arrive within the
+// send timeout count as ErrSendTimeout.
 func (p *Publisher) Send(ctx context.Context, msgs []Message) *Pending {
-	pd := &Pending{out: make([]error, len(msgs)), arrived: make([]bool, len(msgs)), results: make(chan result, len(msgs))}
-	pms := make([]*sarama.ProducerMessage, len(msgs))
+	return p.Feed(ctx, p.Prepare(ctx, msgs))
+}
+
+// Prepared is a batch mapped to Kafka records, not yet handed to the
+// producer.
+type Prepared struct {
+	pms  []*sarama.ProducerMessage
+	errs []error // mapping errors; the record is nil then
+}
+
+// Prepare maps msgs to records on every CPU: the CloudEvents mapping is the
+// costly part of publishing, so callers prepare the next batch while the
+// previous one is in flight.
+func (p *Publisher) Prepare(ctx context.Context, msgs []Message) Prepared {
+	prep := Prepared{pms: make([]*sarama.ProducerMessage, len(msgs)), errs: make([]error, len(msgs))}
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(msgs)/64))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(msgs); i += workers {
-				pms[i], pd.out[i] = p.ProducerMessage(ctx, msgs[i])
+				prep.pms[i], prep.errs[i] = p.ProducerMessage(ctx, msgs[i])
 			}
 		})
 	}
 	wg.Wait()
-	for i, pm := range pms {
+	return prep
+}
+
+// Feed hands a prepared batch to the producer, in order. Batches must be fed
+// one after the other, in id order, for per-partition order to hold.
+func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
+	n := len(prep.pms)
+	pd := &Pending{out: prep.errs, arrived: make([]bool, n), results: make(chan result, n)}
+	for i, pm := range prep.pms {
 		if pm == nil {
 			pd.arrived[i] = true
 			continue
@@ -244,8 +263,8 @@ func (p *Publisher) Send(ctx context.Context, msgs []Message) *Pending {
 		case p.producer.Input() <- pm:
 			pd.pending++
 		case <-ctx.Done():
-			for j := i; j < len(pms); j++ {
-				if pms[j] != nil {
+			for j := i; j < n; j++ {
+				if prep.pms[j] != nil {
 					pd.out[j], pd.arrived[j] = ctx.Err(), true
 				}
 			}

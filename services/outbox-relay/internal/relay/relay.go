@@ -90,7 +90,11 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	if err != nil {
 		return res, err
 	}
-	cur := r.prepare(ctx, cursor, b)
+	cur := r.prepare(ctx, cursor, b, nil)
+	tail := cur
+	// A pass returns only once everything it prepared is in the producer,
+	// so the next pass's records cannot overtake them.
+	defer func() { <-tail.fed }()
 	rereadGap := false
 	for {
 		// Pipelining: the reader is already reading ahead; while the batch
@@ -104,7 +108,8 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		if len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
 			var nb store.Batch
 			if nb, nextErr = rd.next(ctx); nextErr == nil {
-				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb)
+				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb, cur)
+				tail = next
 			}
 		}
 		more, err := r.confirm(ctx, fence, &res, cur)
@@ -136,7 +141,8 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 			if b, err = rd.next(ctx); err != nil {
 				return res, err
 			}
-			cur = r.prepare(ctx, cursor, b)
+			cur = r.prepare(ctx, cursor, b, cur)
+			tail = cur
 		default:
 			return res, nil
 		}
@@ -158,15 +164,16 @@ func graceful(ctx context.Context, grace time.Duration) (context.Context, contex
 
 // inflight is a batch read and handed to the producer, not yet confirmed.
 type inflight struct {
-	batch   store.Batch
-	rows    []store.Row // the sendable prefix of batch.Rows
-	pending *publisher.Pending
-	newGap  bool // the prefix ends at a gap first seen in this read
+	batch  store.Batch
+	rows   []store.Row             // the sendable prefix of batch.Rows
+	sent   chan *publisher.Pending // receives the batch once handed to the producer
+	fed    chan struct{}           // closed once the batch is handed to the producer
+	newGap bool                    // the prefix ends at a gap first seen in this read
 }
 
 // prepare takes the sendable prefix of b, read after id `after`, and hands it
-// to the producer.
-func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch) *inflight {
+// to the producer after prev (nil for the first batch of a pass).
+func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *inflight) *inflight {
 	r.gaps.recorded = false
 	rows := r.sendable(ctx, after, b)
 	msgs := make([]publisher.Message, len(rows))
@@ -176,7 +183,20 @@ func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch) *inflig
 			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
 		}
 	}
-	return &inflight{batch: b, rows: rows, pending: r.pub.Send(ctx, msgs), newGap: r.gaps.recorded}
+	in := &inflight{batch: b, rows: rows, sent: make(chan *publisher.Pending, 1), fed: make(chan struct{}), newGap: r.gaps.recorded}
+	// Mapping to CloudEvents records is the costly step; it runs while the
+	// previous batch is being confirmed. Feeding the producer waits for the
+	// previous batch to be fed, so records enter it in id order.
+	go func() {
+		prep := r.pub.Prepare(ctx, msgs)
+		if prev != nil {
+			<-prev.fed
+		}
+		pd := r.pub.Feed(ctx, prep)
+		close(in.fed)
+		in.sent <- pd
+	}()
+	return in
 }
 
 // reader reads batches ahead of the pass, so that the database read of batch
@@ -280,10 +300,11 @@ func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) []uint64
 // batch, fenced. It reports false when a retriable failure stopped the pass.
 func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, in *inflight) (bool, error) {
 	b, rows := in.batch, in.rows
+	pending := <-in.sent
 	if len(rows) == 0 {
 		return true, nil
 	}
-	errs := in.pending.Wait(ctx)
+	errs := pending.Wait(ctx)
 
 	from, to := res.Cursor, res.Cursor
 	var (
