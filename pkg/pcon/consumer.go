@@ -245,10 +245,12 @@ func closeLogged(log *slog.Logger, what string, close func() error) {
 	}
 }
 
-// Close stops the Consumer and waits for Run to return. It is idempotent,
-// safe to call from any goroutine, and bounded by Config.RevokeGrace plus
-// the time to commit and leave the group. Close on a Consumer that never
-// ran releases it at once.
+// Close stops the Consumer and waits for Run to return. It is idempotent
+// and safe to call from any goroutine. It takes at most twice
+// Config.RevokeGrace (once for the partitions' records in flight, once more
+// for handlers that outlived it, whose context is then cancelled) plus the
+// time to commit, leave the group, and finish a dead-letter publish under
+// way. Close on a Consumer that never ran releases it at once.
 func (c *Consumer) Close() {
 	c.mu.Lock()
 	first := !c.closed

@@ -105,11 +105,11 @@
 //     called from many goroutines. Two records of one key (KeyOrder) or one
 //     partition (PartitionOrder) never run at the same time in one
 //     Consumer, and a key's records run in offset order.
-//   - A handler's context is cancelled when the Consumer shuts down and the
-//     grace period has run out. It is not cancelled on revoke; a handler
+//   - A handler's context is cancelled when the Consumer shuts down and
+//     handlers are still running a further RevokeGrace after the
+//     partitions were released. It is not cancelled on revoke; a handler
 //     still running after its partition's grace becomes stale.
 //   - Run may be called once. Close may be called any number of times from
-//     any goroutine; it stops Run, waits for it, and is bounded by
-//     RevokeGrace plus the time to commit and leave the group. Stats may be
-//     called at any time.
+//     any goroutine; it stops Run and waits for it (see Close for the
+//     bound). Stats may be called at any time.
 package pcon
