@@ -67,3 +67,44 @@ func TestBatchLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestPerRecordNeverQueuesBehindBusyWorker submits work while a worker is
+// blocked, repeatedly, so that a reused worker and a fresh task race; every
+// new task must still run while the blocked one waits.
+func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
+	release := make(chan struct{})
+	done := make(chan int64, 100)
+	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
+		if ts[0].Offset == 0 {
+			<-release
+		}
+		return nil
+	}, func(cs []engine.Completion) {
+		for _, c := range cs {
+			done <- c.Task.Offset
+		}
+	}, 3)
+	if err := e.Submit(engine.Task{Offset: 0}); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 50; i++ {
+		if err := e.Submit(engine.Task{Offset: i}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-done:
+			if got != i {
+				t.Fatalf("completed %d, want %d", got, i)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("task %d waits behind the blocked task", i)
+		}
+	}
+	close(release)
+	if got := <-done; got != 0 {
+		t.Fatalf("completed %d, want 0", got)
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

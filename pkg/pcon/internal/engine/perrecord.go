@@ -7,16 +7,19 @@ import (
 )
 
 // PerRecord runs each task on its own goroutine, at most limit at a time.
-// Workers are started on demand, when a task finds every existing worker
-// busy, and then stay, parked on the task channel, until Close: reusing a
-// goroutine whose stack has already grown is much cheaper than starting one
-// per record, and there are never more than the peak concurrency.
+// Workers are started on demand, when a task finds no idle worker, and then
+// stay, parked on the task channel, until Close: reusing a goroutine whose
+// stack has already grown is much cheaper than starting one per record, and
+// there are never more than the peak concurrency.
 type PerRecord struct {
 	lifecycle
 	limit int
 	tasks chan Task
 
-	busy atomic.Int64 // workers running a task
+	// idle counts the receives that parked or finishing workers will make
+	// and that no submitted task has claimed yet. Only Submit takes from
+	// it, under mu, so it never goes negative.
+	idle atomic.Int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -40,22 +43,23 @@ func (e *PerRecord) Submit(tasks ...Task) error {
 		return ErrFull
 	}
 	e.inflight.Add(int64(len(tasks)))
-	// Start workers for the tasks that idle workers cannot take. The count
-	// is approximate (a worker may be between taking a task and counting
-	// itself busy); a shortfall only delays a task until the next Submit or
-	// completion, and never exceeds one per racing worker.
-	idle := e.workers - int(e.busy.Load()) - len(e.tasks)
-	spawn := min(max(len(tasks)-idle, 0), e.limit-e.workers)
+	// Every task claims a receive of an idle worker or gets a new worker,
+	// so no task waits in the channel behind a busy worker while capacity
+	// is left.
+	claimed := min(e.idle.Load(), int64(len(tasks)))
+	e.idle.Add(-claimed)
+	spawn := min(len(tasks)-int(claimed), e.limit-e.workers)
 	e.workers += spawn
 	e.wg.Add(spawn)
+	// The channel holds limit tasks and at most limit are in flight, so
+	// these sends never block; they happen under the lock so that Close
+	// cannot close the channel between the check above and a send.
+	for _, t := range tasks {
+		e.tasks <- t
+	}
 	e.mu.Unlock()
 	for range spawn {
 		go e.work()
-	}
-	// The channel holds limit tasks and at most limit are in flight, so
-	// these sends never block.
-	for _, t := range tasks {
-		e.tasks <- t
 	}
 	return nil
 }
@@ -64,10 +68,9 @@ func (e *PerRecord) work() {
 	defer e.wg.Done()
 	var one [1]Task
 	for t := range e.tasks {
-		e.busy.Add(1)
 		one[0] = t
 		e.exec(one[:])
-		e.busy.Add(-1)
+		e.idle.Add(1)
 	}
 }
 
