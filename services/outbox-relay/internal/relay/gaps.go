@@ -16,47 +16,47 @@ import (
 //
 // Each read returns its rows together with pg_current_snapshot() from the
 // same statement, hence the same snapshot S (store.ReadBatch). The first time
-// an id g is seen missing in S while some m > g is visible:
-//   - if S.xip is empty, g is skipped at once;
-//   - else the relay remembers X = S.xip ∩ W, where W is read after S (a
-//     later statement, store.OutboxWriters): the transactions holding a
-//     RowExclusiveLock on outbox. In a later read with snapshot S', g is
-//     skipped only if every transaction of X had ended in S' AND g is still
-//     missing in S'.
+// an id g is seen missing in S while some m > g is visible, the relay reads W
+// (store.OutboxWriters), after S: the transactions holding a RowExclusiveLock
+// on outbox at that moment, and remembers X = the members of W that had not
+// ended in S (listed in S.xip, or at or above S.xmax). In a later read, with
+// snapshot S' taken after W was read, g is skipped only if every transaction
+// of X had ended in S' AND g is still missing in S'. Until then the pass stops
+// before g and the cursor stays below it.
 //
 // Why that is enough. Suppose a transaction T inserts the row g.
 //  1. outbox_next_id() takes T's xid (pg_current_xact_id) before it calls
 //     nextval, and nextval hands out ids in call order (the sequence is not
 //     cached per session), so T had an xid before g existed.
-//  2. m > g was drawn after g, and m's transaction committed before S was
-//     taken, since S sees m. So T had its xid before S was taken.
-//  3. S does not see g, so T had not committed when S was taken: either T
-//     had already aborted (g never appears), or T was in progress: T ∈ S.xip.
-//     So an empty S.xip proves g can never appear.
-//  4. An INSERT locks its target table (RowExclusiveLock) before it evaluates
-//     the id default and holds the lock until the transaction ends. So when W
-//     is read, T is either still running, and then T ∈ W, hence T ∈ X; or T
-//     has ended before W was read, hence before S' was taken: if it
-//     committed, S' sees g (no gap); if it aborted, g never appears.
-//  5. If T ∈ X and every transaction of X had ended in S': again S' sees g
-//     if T committed, and g never appears if it aborted.
+//  2. An INSERT locks its target table (RowExclusiveLock) before it evaluates
+//     the id default, and holds the lock until the transaction ends.
+//  3. S does not see g, so T had not committed when S was taken (had T
+//     aborted before S, g can never appear anyway). So T had not ended in S.
+//  4. When W is read, either T still runs, then T ∈ W (2) and T ∈ X (3); or T
+//     has ended, before W was read and hence before S' was taken: if it
+//     committed, S' sees g and there is no gap; if it aborted, g never
+//     appears.
+//  5. If T ∈ X and every transaction of X had ended in S': S' sees g if T
+//     committed, and g never appears if it aborted.
+// So a gap skipped under this rule never fills later.
 //
-// So a gap skipped under this rule never fills later. Intersecting with W is
-// what keeps the relay live: S.xip holds every transaction of the cluster,
-// and one long transaction elsewhere (a report, another service, another
-// database on the server) would otherwise stall the relay for its whole
-// lifetime. W is read only when a new gap is first seen.
+// Two traps this avoids. S.xip alone is not the set of transactions in
+// progress: PostgreSQL leaves out every xid at or above S.xmax (the newest
+// completed xid + 1), which still run; T can be one of them when it took its
+// xid after the transaction that committed m (whatever their id order), so
+// "S.xip is empty" proves nothing and a later snapshot is always needed. And
+// waiting on all of S.xip would stall the relay for the whole life of any
+// long transaction on the server (a report, another service, another
+// database); X holds only transactions writing to outbox.
 //
-// A transaction that takes its xid after S cannot hold an id below m (its id
-// comes after its xid, after S, after m). Xids in snapshots are 64-bit
-// (xid8), no wraparound; W's 32-bit xids are matched to them by their low 32
-// bits, which can only add transactions to X (never drop T). Subtransactions
-// (savepoints) do not matter: the xid taken first is the top-level one, which
-// is what xip lists and what holds the relation lock. The remembered sets are
-// kept per id range and dropped once the cursor passes them.
+// Xids in snapshots are 64-bit (xid8), without wraparound; W's 32-bit xids
+// are widened against S (store.Snapshot.Widen). Subtransactions do not
+// matter: the xid taken first is the top-level one, which snapshots list and
+// which holds the locks. Remembered sets are kept per id range and dropped
+// once the cursor passes them.
 
-// gap is a range of ids seen missing, and the transactions in progress in the
-// snapshot where it was first seen.
+// gap is a range of ids seen missing, and the outbox writers that may hold
+// them.
 type gap struct {
 	lo, hi int64
 	xip    []uint64
@@ -73,9 +73,10 @@ type gaps struct {
 
 // resolved reports whether the ids lo..hi, missing in the read with snapshot
 // snap (which saw an id above hi), can never appear. Ranges not seen before
-// are remembered with inFlight(): snap's in-progress transactions that were
-// still writing to outbox after snap was taken.
-func (g *gaps) resolved(lo, hi int64, snap store.Snapshot, inFlight func() []uint64) bool {
+// are remembered with inFlight(), the outbox writers that had not ended in
+// snap; they can settle only in a later read. If inFlight cannot tell, the
+// range is not remembered and is looked at again in a later read.
+func (g *gaps) resolved(lo, hi int64, snap store.Snapshot, inFlight func() ([]uint64, bool)) bool {
 	ok := true
 	for cur := lo; cur <= hi; {
 		i, found := g.find(cur)
@@ -90,14 +91,12 @@ func (g *gaps) resolved(lo, hi int64, snap store.Snapshot, inFlight func() []uin
 		if i < len(g.known) && g.known[i].lo <= hi {
 			end = g.known[i].lo - 1
 		}
-		start := cur
-		cur = end + 1
-		if len(snap.Xip) == 0 {
-			continue // nothing was in flight in snap: the ids can never appear
-		}
-		g.known = slices.Insert(g.known, i, gap{lo: start, hi: end, xip: inFlight()})
-		g.recorded = true
 		ok = false
+		if xs, known := inFlight(); known {
+			g.known = slices.Insert(g.known, i, gap{lo: cur, hi: end, xip: xs})
+			g.recorded = true
+		}
+		cur = end + 1
 	}
 	return ok
 }

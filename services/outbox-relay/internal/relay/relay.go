@@ -254,14 +254,15 @@ func (rd *reader) stop() {
 // time.
 func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []store.Row {
 	var (
-		writers []uint64
-		read    bool
+		writers  []uint64
+		ok, read bool
 	)
-	inFlight := func() []uint64 {
+	inFlight := func() ([]uint64, bool) {
 		if !read {
-			read, writers = true, r.outboxWriters(ctx, b.Snapshot)
+			read = true
+			writers, ok = r.outboxWriters(ctx, b.Snapshot)
 		}
-		return writers
+		return writers, ok
 	}
 	next := cursor + 1
 	for i, row := range b.Rows {
@@ -276,22 +277,24 @@ func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []sto
 	return b.Rows
 }
 
-// outboxWriters returns the transactions of snap still in progress that hold
-// a write lock on outbox (see gaps.go). If they cannot be read it returns all
-// of snap's, which is safe but waits longer.
-func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) []uint64 {
+// outboxWriters returns the transactions that may hold an id missing in
+// snap: those holding a write lock on outbox now (read after snap was taken)
+// that had not ended when snap was taken (see gaps.go). If the locks cannot
+// be read it returns nil and a false ok, and the gap waits for a later pass.
+func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) ([]uint64, bool) {
 	w, err := r.store.OutboxWriters(ctx)
 	if err != nil {
-		r.logger.Warn("cannot narrow a gap to outbox writers; waiting on every transaction in progress", "error", err)
-		return slices.Clone(snap.Xip)
+		r.logger.Warn("cannot read the outbox writers; the gap waits", "error", err)
+		return nil, false
 	}
 	var out []uint64
-	for _, x := range snap.Xip {
-		if w[uint32(x)] {
-			out = append(out, x)
+	for x := range w {
+		if x8 := snap.Widen(x); !snap.Ended(x8) {
+			out = append(out, x8)
 		}
 	}
-	return out
+	slices.Sort(out)
+	return out, true
 }
 
 // confirm waits for the outcomes of a batch and confirms them in id order:

@@ -130,6 +130,35 @@ func TestGapRuleTwoTransactions(t *testing.T) {
 	}
 }
 
+// TestGapHeldByATransactionAboveXmax: T2 takes its xid first (id 1), T1
+// takes a newer xid and draws id 2, T2 draws id 3 and commits. A snapshot
+// taken now has xmax = T2 + 1, so T1 is running but absent from its xip list;
+// the relay must still wait for id 2.
+func TestGapHeldByATransactionAboveXmax(t *testing.T) {
+	env := relaytest.New(t)
+	n := newNode(t, env, testConfig(env, "node-a"))
+	n.lead(t)
+
+	t2 := env.Begin(t)
+	a := env.Insert(t, t2, events.LikeCreatedV1{UserID: "u1", ProductID: 8})
+	t1 := env.Begin(t)
+	b := env.Insert(t, t1, events.LikeCanceledV1{UserID: "u1", ProductID: 8})
+	c := env.Insert(t, t2, events.LikeCreatedV1{UserID: "u2", ProductID: 8})
+	relaytest.Commit(t, t2)
+
+	if res := n.pass(t); res.Cursor != a.ID {
+		t.Fatalf("pass with id %d in flight: %+v, want the cursor at %d", b.ID, res, a.ID)
+	}
+	relaytest.Commit(t, t1)
+	if res := n.pass(t); res.Cursor != c.ID {
+		t.Fatalf("pass after both commits: %+v, want cursor %d", res, c.ID)
+	}
+	recs := env.Records(t, 3, 10*time.Second)
+	if diff := cmp.Diff([]int64{a.ID, b.ID, c.ID}, sequences(recs)); diff != "" {
+		t.Errorf("published sequences (-want +got):\n%s", diff)
+	}
+}
+
 // TestOutOfOrderCommits is watermill's case: transactions commit in the
 // reverse order of their ids, one rolls back, and passes run in between.
 func TestOutOfOrderCommits(t *testing.T) {
@@ -189,7 +218,7 @@ func TestOutOfOrderCommitsStress(t *testing.T) {
 	n := newNode(t, env, cfg)
 	n.start(t, true)
 
-	const writers, txPerWriter, aggregates = 32, 25, 6
+	const writers, txPerWriter, aggregates = 32, 40, 6
 	var (
 		mu        sync.Mutex
 		committed = map[string]int64{}

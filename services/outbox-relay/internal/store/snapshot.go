@@ -66,3 +66,19 @@ func (s Snapshot) AllEnded(xids []uint64) bool {
 	}
 	return true
 }
+
+// Widen returns the 64-bit id of the 32-bit transaction id xid (as pg_locks
+// shows it) of a transaction running around the time s was taken: the value
+// with those low 32 bits nearest to s.Xmax. PostgreSQL keeps every running
+// transaction within 2^31 of the newest, so the nearest one is it.
+func (s Snapshot) Widen(xid uint32) uint64 {
+	const half = 1 << 31
+	x := s.Xmax&^0xFFFFFFFF | uint64(xid)
+	switch {
+	case x > s.Xmax+half:
+		x -= 1 << 32
+	case x+half < s.Xmax:
+		x += 1 << 32
+	}
+	return x
+}

@@ -42,3 +42,25 @@ func TestSnapshotEnded(t *testing.T) {
 		t.Error("AllEnded disagrees with Ended")
 	}
 }
+
+func TestSnapshotWiden(t *testing.T) {
+	const epoch = 5 << 32
+	tests := []struct {
+		name string
+		xmax uint64
+		xid  uint32
+		want uint64
+	}{
+		{"same epoch", epoch + 1000, 990, epoch + 990},
+		{"just above xmax", epoch + 1000, 1003, epoch + 1003},
+		{"previous epoch", epoch + 10, 0xFFFFFFF0, epoch - 16},
+		{"next epoch", epoch + 0xFFFFFFF0, 5, epoch + 1<<32 + 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := (Snapshot{Xmax: tt.xmax}).Widen(tt.xid); got != tt.want {
+				t.Errorf("Widen(%d) with xmax %d = %d, want %d", tt.xid, tt.xmax, got, tt.want)
+			}
+		})
+	}
+}
