@@ -113,14 +113,16 @@ func (e *Elector) TryAcquire(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-func (e *Elector) lose() {
+func (e *Elector) lose() { e.step(slog.LevelWarn, "leadership lost") }
+
+func (e *Elector) step(level slog.Level, msg string) {
 	e.mu.Lock()
 	was := e.leader
 	e.leader = false
 	token := e.token
 	e.mu.Unlock()
 	if was {
-		e.logger.Warn("leadership lost", "lease", e.name, "owner", e.owner, "token", token)
+		e.logger.Log(context.Background(), level, msg, "lease", e.name, "owner", e.owner, "token", token)
 		e.changed(false, token)
 	}
 }
@@ -132,7 +134,7 @@ func (e *Elector) Release(ctx context.Context) error {
 	e.mu.Lock()
 	held := e.token != 0
 	e.mu.Unlock()
-	e.lose()
+	e.step(slog.LevelInfo, "leadership released")
 	if !held {
 		return nil
 	}

@@ -129,6 +129,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	if shutdownErr != nil {
 		return fmt.Errorf("stop scheduler: %w", shutdownErr)
 	}
+	s.logger.Info("outbox relay stopped", "node", s.cfg.NodeID)
 	return nil
 }
 
