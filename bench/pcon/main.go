@@ -57,7 +57,7 @@ func run(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("pcon-bench", flag.ContinueOnError)
 	var o options
 	brokers := fs.String("brokers", "", "comma-separated brokers; empty starts an in-process kfake cluster")
-	fs.IntVar(&o.records, "records", 200_000, "records per pcon scenario and per no-op baseline")
+	fs.IntVar(&o.records, "records", 1_000_000, "records per pcon scenario and per no-op baseline")
 	fs.IntVar(&o.slowRecords, "slow-records", 6_000, "records for the sequential baselines with a sleeping handler")
 	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
 	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
@@ -287,13 +287,17 @@ func (b *bench) sarama(topic string, n int, lat time.Duration) (float64, error) 
 
 // memory consumes a large backlog with a 5 ms handler and samples the heap.
 func (b *bench) memory(out io.Writer) error {
-	const topic = "bench-memory"
-	// kfake auto-creates nothing; a fresh topic keeps the backlog exact.
-	if err := b.createTopic(topic); err != nil {
-		return err
-	}
-	if err := b.produce(topic, b.o.memoryRecords); err != nil {
-		return err
+	// A new group sees the whole bench topic as backlog; only a larger
+	// backlog than it holds needs a topic of its own.
+	topic := "bench"
+	if b.o.memoryRecords > max(b.o.records, b.o.slowRecords) {
+		topic = "bench-memory"
+		if err := b.createTopic(topic); err != nil {
+			return err
+		}
+		if err := b.produce(topic, b.o.memoryRecords); err != nil {
+			return err
+		}
 	}
 	runtime.GC()
 	before := heapBytes()
