@@ -48,11 +48,11 @@ type Consumer struct {
 
 	producer atomic.Pointer[sarama.SyncProducer]
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	stop    chan struct{} // closed by Close
-	done    chan struct{} // closed when Run has released everything
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	cancelRun context.CancelFunc // set while Run runs; Close calls it
+	done      chan struct{}      // closed when Run has released everything
 }
 
 // New validates cfg and returns a Consumer that will run h. It does not
@@ -67,7 +67,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	c := &Consumer{
 		cfg: cfg, handler: h, log: cfg.Logger,
-		stop: make(chan struct{}), done: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 	ordering := map[Ordering]core.Ordering{KeyOrder: core.ByKey, PartitionOrder: core.ByPartition, Unordered: core.None}
 	c.core = core.New(core.Config{
@@ -165,18 +165,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrAlreadyRunning
 	}
 	c.started = true
+	ctx, cancel := context.WithCancel(ctx)
+	c.cancelRun = cancel
 	c.mu.Unlock()
 	defer close(c.done)
-
-	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 
 	client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.Sarama)
 	if err != nil {
@@ -256,8 +249,8 @@ func (c *Consumer) Close() {
 	first := !c.closed
 	c.closed = true
 	started := c.started
-	if first {
-		close(c.stop)
+	if c.cancelRun != nil {
+		c.cancelRun()
 	}
 	c.mu.Unlock()
 	if started {
