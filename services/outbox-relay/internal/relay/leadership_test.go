@@ -146,3 +146,37 @@ func TestGracefulStopReleasesTheLease(t *testing.T) {
 		t.Fatalf("node-b could not take the lease right after node-a stopped: ok=%v err=%v", ok, err)
 	}
 }
+
+// TestStopDuringDrainHandsOverWithoutDuplicates: a node stopped in the middle
+// of a drain confirms what it has handed to the producer before it releases
+// the lease, so the node that takes over publishes nothing twice.
+func TestStopDuringDrainHandsOverWithoutDuplicates(t *testing.T) {
+	env := relaytest.New(t)
+	tx := env.Begin(t)
+	var users []string
+	for i := range 3000 {
+		users = append(users, "u"+itoa(int64(i)))
+	}
+	var rows []relaytest.Row
+	for _, ev := range likes(1, users...) {
+		rows = append(rows, env.Insert(t, tx, ev))
+	}
+	relaytest.Commit(t, tx)
+
+	a := newNode(t, env, testConfig(env, "node-a"))
+	stop := a.start(t, true)
+	eventually(t, 20*time.Second, "node-a to start draining", func() bool { return env.Cursor(t) > 0 })
+	stop()
+	if got := env.Cursor(t); got == rows[len(rows)-1].ID {
+		t.Log("node-a drained everything before it stopped; the hand-over is not exercised this time")
+	}
+	b := newNode(t, env, testConfig(env, "node-b"))
+	b.start(t, true)
+	recs := env.Records(t, len(rows), 30*time.Second)
+	if d := duplicates(recs); d != 0 {
+		t.Errorf("%d duplicates after the hand-over", d)
+	}
+	if err := orderedPerKey(recs); err != nil {
+		t.Error(err)
+	}
+}

@@ -96,6 +96,7 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	// so the next pass's records cannot overtake them.
 	defer func() { <-tail.fed }()
 	rereadGap := false
+	finishing := false // stopping: confirm what the producer has, start nothing new
 	for {
 		// Pipelining: the reader is already reading ahead; while the batch
 		// in flight is confirmed, the next one is mapped and handed to the
@@ -105,7 +106,7 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 			next    *inflight
 			nextErr error
 		)
-		if len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
+		if !finishing && len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
 			var nb store.Batch
 			if nb, nextErr = rd.next(ctx); nextErr == nil {
 				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb, cur)
@@ -132,7 +133,7 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 			return res, nil
 		case next != nil:
 			cur = next
-		case cur.newGap && !rereadGap:
+		case cur.newGap && !rereadGap && !finishing:
 			// A new gap can settle only in a later snapshot: read again
 			// at once instead of waiting for the next pass.
 			rereadGap = true
@@ -146,9 +147,10 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		default:
 			return res, nil
 		}
-		if _, ok := r.elector.Fence(); !ok || stop.Err() != nil {
+		if _, ok := r.elector.Fence(); !ok {
 			return res, nil
 		}
+		finishing = stop.Err() != nil
 	}
 }
 
