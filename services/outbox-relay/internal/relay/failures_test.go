@@ -90,9 +90,7 @@ func likes(product int64, users ...string) []any {
 }
 
 func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(3, "a", "b", "c", "d")...)
 
 	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
@@ -123,9 +121,7 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 }
 
 func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "old", ProductID: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -182,9 +178,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := relaytest.New(t)
-			n := newNode(t, env, testConfig(env, "node-a"))
-			n.lead(t)
+			env, n := leader(t)
 			bad := tt.insert(t, env)
 			if tt.fault != nil {
 				tt.fault(env)
@@ -210,9 +204,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 // answers REQUEST_TIMED_OUT; the idempotent producer's retry must not append
 // it again.
 func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(6, "a", "b", "c", "d", "e")...)
 	fault := produceFault(env, "like-events", kerr.RequestTimedOut, 1)
 	passUntil(t, n, env, rows[len(rows)-1].ID)

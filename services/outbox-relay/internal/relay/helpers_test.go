@@ -93,6 +93,16 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	return &node{svc: svc, logs: logs}
 }
 
+// leader starts an environment with one node that holds the lease, for tests
+// that run passes by hand.
+func leader(t *testing.T) (*relaytest.Env, *node) {
+	t.Helper()
+	env := relaytest.New(t)
+	n := newNode(t, env, testConfig(env, "node-a"))
+	n.lead(t)
+	return env, n
+}
+
 // lead makes the node take the lease; the test fails if it cannot.
 func (n *node) lead(t *testing.T) {
 	t.Helper()

@@ -103,9 +103,7 @@ func TestHappyPathPublishesEveryRowAsCloudEvent(t *testing.T) {
 // rule: T1 draws the lower id, T2 the higher one and commits first, a pass
 // runs, then T1 commits.
 func TestGapRuleTwoTransactions(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 
 	t1 := env.Begin(t)
 	first := env.Insert(t, t1, events.LikeCreatedV1{UserID: "u1", ProductID: 5})
@@ -121,11 +119,7 @@ func TestGapRuleTwoTransactions(t *testing.T) {
 		t.Fatalf("pass after both commits: %+v, want 2 published, cursor %d", res, second.ID)
 	}
 	recs := env.Records(t, 2, 10*time.Second)
-	got := []int64{}
-	for _, r := range recs {
-		got = append(got, r.Sequence)
-	}
-	if diff := cmp.Diff([]int64{first.ID, second.ID}, got); diff != "" {
+	if diff := cmp.Diff([]int64{first.ID, second.ID}, sequences(recs)); diff != "" {
 		t.Errorf("published sequences (-want +got):\n%s", diff)
 	}
 }
@@ -135,9 +129,7 @@ func TestGapRuleTwoTransactions(t *testing.T) {
 // taken now has xmax = T2 + 1, so T1 is running but absent from its xip list;
 // the relay must still wait for id 2.
 func TestGapHeldByATransactionAboveXmax(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 
 	t2 := env.Begin(t)
 	a := env.Insert(t, t2, events.LikeCreatedV1{UserID: "u1", ProductID: 8})
@@ -162,9 +154,7 @@ func TestGapHeldByATransactionAboveXmax(t *testing.T) {
 // TestOutOfOrderCommits is watermill's case: transactions commit in the
 // reverse order of their ids, one rolls back, and passes run in between.
 func TestOutOfOrderCommits(t *testing.T) {
-	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
-	n.lead(t)
+	env, n := leader(t)
 
 	type txRow struct {
 		tx   pgx.Tx
@@ -198,11 +188,7 @@ func TestOutOfOrderCommits(t *testing.T) {
 		t.Fatalf("cursor %d, want %d", got, txs[len(txs)-1].row.ID)
 	}
 	recs := env.Records(t, len(want), 10*time.Second)
-	var got []int64
-	for _, r := range recs {
-		got = append(got, r.Sequence)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, sequences(recs)); diff != "" {
 		t.Errorf("published sequences in log order (-want +got):\n%s", diff)
 	}
 }
