@@ -29,6 +29,10 @@ import (
 // purgeChunk bounds the rows one purge statement deletes.
 const purgeChunk = 1000
 
+// revokeGrace is how long a revoked partition waits for its records in
+// flight; it must end before the group's rebalance does.
+const revokeGrace = 5 * time.Second
+
 // Run runs the enabled consumers until ctx ends, then shuts them down: each
 // stops taking records, gives those in flight its grace period, commits what
 // completed and leaves its group. adminReady, when not nil, receives the
@@ -62,7 +66,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Brokers:     cfg.KafkaBrokers,
 			Group:       spec.Group,
 			Topics:      []string{spec.Topic},
-			Sarama:      saramaConfig(),
+			Sarama:      saramaConfig(cfg),
+			RevokeGrace: revokeGrace,
 			MaxInFlight: cfg.MaxInFlight,
 			MaxAttempts: cfg.MaxAttempts,
 			Backoff:     cfg.RetryBackoff,
@@ -131,19 +136,28 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	return errors.Join(slices.DeleteFunc(all, func(e error) bool { return e == nil })...)
 }
 
-func saramaConfig() *sarama.Config {
+func saramaConfig(cfg Config) *sarama.Config {
 	c := sarama.NewConfig()
 	c.Version = sarama.V3_6_0_0
 	c.ClientID = "product-consumers"
 	// A new group reads from the beginning so that events published before
 	// its first start are aggregated too; afterwards committed offsets rule.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
-	c.Consumer.Group.Session.Timeout = 10 * time.Second
-	c.Consumer.Group.Heartbeat.Interval = time.Second
+	// A member that died without leaving (SIGKILL, a lost node) holds its
+	// partitions until its session times out, and a rebalance waits for the
+	// members it knows up to the rebalance timeout. The broker holds a
+	// JoinGroup answer until then, so the read timeout must be longer, or the
+	// joining member gives up and starts over, forever.
+	c.Consumer.Group.Session.Timeout = cfg.SessionTimeout
+	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 10
+	c.Consumer.Group.Rebalance.Timeout = cfg.RebalanceTimeout
+	c.Net.ReadTimeout = cfg.RebalanceTimeout + 15*time.Second
 	c.Producer.RequiredAcks = sarama.WaitForAll
 	return c
 }
 
 type redisCache struct{ c *redis.Client }
 
-func (r redisCache) Del(ctx context.Context, keys ...string) error { return r.c.Del(ctx, keys...).Err() }
+func (r redisCache) Del(ctx context.Context, keys ...string) error {
+	return r.c.Del(ctx, keys...).Err()
+}

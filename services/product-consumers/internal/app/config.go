@@ -20,6 +20,8 @@ type Config struct {
 	RetryBackoff     time.Duration
 	HandledRetention time.Duration
 	PurgeInterval    time.Duration
+	SessionTimeout   time.Duration
+	RebalanceTimeout time.Duration
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -37,6 +39,11 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		RetryBackoff:     l.Duration("CONSUMER_RETRY_BACKOFF", time.Second),
 		HandledRetention: l.Duration("EVENT_HANDLED_RETENTION", 7*24*time.Hour),
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
+		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
+		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+	}
+	if c.RebalanceTimeout <= revokeGrace {
+		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
 	return c, l.Err()
