@@ -43,6 +43,7 @@ type options struct {
 	maxInFlight   int
 	memProfile    string
 	cpuProfile    string
+	mutexProfile  string
 	rounds        int
 }
 
@@ -65,8 +66,18 @@ func run(out io.Writer, args []string) error {
 	fs.IntVar(&o.rounds, "rounds", 3, "runs of each side per scenario, alternating; the best of each is reported")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile taken at the memory scenario's peak to this file")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+		defer func() {
+			if f, err := os.Create(o.mutexProfile); err == nil {
+				_ = pprof.Lookup("mutex").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
