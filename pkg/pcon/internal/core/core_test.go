@@ -1,9 +1,12 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,10 +292,15 @@ func TestForeignMetadataIgnored(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, Config{MaxInFlight: 10, Ordering: None})
+			var logs bytes.Buffer
+			h.c.log = slog.New(slog.NewTextHandler(&logs, nil))
 			ep := h.c.Assign(tp0, 0, meta)
 			h.add(tp0, ep, nil, 0, 1, 2, 3, 4, 5, 6, 7)
 			if got := len(h.take()); got != 8 {
 				t.Fatalf("dispatched %d, want all 8", got)
+			}
+			if !strings.Contains(logs.String(), "ignoring commit metadata") {
+				t.Errorf("no log line for ignored metadata; logs: %q", logs.String())
 			}
 		})
 	}
