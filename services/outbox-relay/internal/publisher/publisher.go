@@ -41,7 +41,7 @@ type Message struct {
 }
 
 // Permanent reports whether err can never succeed on retry:
-//   - an unknown event type, or one whose topic cannot be derived;
+//   - an event type whose topic cannot be derived;
 //   - MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE / INVALID_RECORD from the
 //     broker, or the producer's own size check (a ConfigurationError: the
 //     producer's configuration is validated when it is built, so one that
@@ -76,7 +76,6 @@ type Publisher struct {
 	client      sarama.Client
 	producer    sarama.AsyncProducer
 	reg         *events.Registry
-	known       map[string]bool
 	sendTimeout time.Duration
 	done        sync.WaitGroup
 }
@@ -130,11 +129,7 @@ func New(brokers []string, sendTimeout time.Duration, reg *events.Registry, logg
 		_ = client.Close()
 		return nil, fmt.Errorf("start Kafka producer: %w", err)
 	}
-	known := map[string]bool{}
-	for _, t := range reg.Types() {
-		known[t] = true
-	}
-	p := &Publisher{client: client, producer: producer, reg: reg, known: known, sendTimeout: sendTimeout}
+	p := &Publisher{client: client, producer: producer, reg: reg, sendTimeout: sendTimeout}
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -178,9 +173,10 @@ func (p *Publisher) Ping(ctx context.Context) error {
 // ProducerMessage maps m to a Kafka record: topic derived from the type, key
 // = aggregate id, CloudEvents attributes as ce_* headers, data as the value.
 func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
-	if !p.known[m.Type] {
-		return nil, fmt.Errorf("event %s of type %q: %w", m.EventID, m.Type, events.ErrUnknownType)
-	}
+	// Any type whose topic derives by convention is published, known to this
+	// build's registry or not: the relay is transport, and a type no consumer
+	// understands belongs in that topic's dead-letter topic, where consumers
+	// put it, not silently in outbox_failed.
 	topic, err := events.TopicOf(m.Type)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", m.EventID, err)

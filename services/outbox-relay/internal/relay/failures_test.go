@@ -164,12 +164,6 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 			},
 		},
 		{
-			name: "unknown type",
-			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
-				return env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
-			},
-		},
-		{
 			name: "type without a derivable topic",
 			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
 				return env.InsertRecord(t, env.Pool, events.Record{Type: "LikeCreated", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
@@ -214,5 +208,22 @@ func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
 	recs := env.Records(t, len(rows), 10*time.Second)
 	if diff := cmp.Diff(ids(rows), sequences(recs)); diff != "" {
 		t.Errorf("published sequences in log order (-want +got):\n%s", diff)
+	}
+}
+
+// TestTypeUnknownToTheRegistryIsPublished: a type this build does not know
+// but whose topic derives by convention is published like any other, so that
+// consumers dead-letter it visibly instead of it vanishing into outbox_failed.
+func TestTypeUnknownToTheRegistryIsPublished(t *testing.T) {
+	env, n := leader(t)
+	odd := env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
+	good := insertCommitted(t, env, likes(4, "after")...)[0]
+	passUntil(t, n, env, good.ID)
+	recs := env.Records(t, 2, 10*time.Second)
+	if diff := cmp.Diff([]int64{odd.ID, good.ID}, sequences(recs)); diff != "" {
+		t.Errorf("published sequences (-want +got):\n%s", diff)
+	}
+	if failed := env.FailedIDs(t); len(failed) != 0 {
+		t.Errorf("outbox_failed = %v, want empty", failed)
 	}
 }
