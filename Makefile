@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTENV := eval "$$(scripts/testenv.sh)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test lint migrate bench dev run-api run-consumers dev-kafka
+.PHONY: help test lint migrate bench dev e2e run-api run-relay run-consumers dev-kafka
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -24,11 +24,17 @@ migrate: ## apply the schema migrations to DATABASE_URL
 bench: ## run the benchmarks; each prints its baseline and ratio
 	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
 
+e2e: ## the end-to-end suite at a larger size (E2E_ACTIONS, E2E_RATE)
+	@$(TESTENV) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
+
 dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C
 	@scripts/dev.sh
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api
+
+run-relay: ## run outbox-relay (needs DATABASE_URL, KAFKA_BROKERS)
+	$(GO) run ./services/outbox-relay
 
 run-consumers: ## run product-consumers (needs DATABASE_URL, KAFKA_BROKERS, REDIS_URL)
 	$(GO) run ./services/product-consumers

@@ -1,0 +1,508 @@
+// Package e2e runs the real service binaries as processes against real
+// PostgreSQL and Redis and an in-process Kafka-protocol broker, drives the REST
+// API like users would, kills processes on the way, and checks that the
+// aggregates end exactly equal to what the domain tables say they must be.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := exec.Command("go", "build", "-o", dir+"/", "../services/commerce-api", "../services/outbox-relay", "../services/product-consumers")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: build the services:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a service binary running as a process.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func start(t *testing.T, name, bin string, env map[string]string) *proc {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, bin))
+	cmd.Env = os.Environ()
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logFile.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		p.signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			p.signal(syscall.SIGKILL)
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			t.Logf("%s log (last 4 KiB):\n%s", name, tail(b, 4096))
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+
+// kill stops the process at once, as a crash would: nothing is flushed,
+// committed or released.
+func (p *proc) kill() {
+	p.signal(syscall.SIGKILL)
+	<-p.done
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered 200", url)
+}
+
+// stack is the running system.
+type stack struct {
+	t           *testing.T
+	dbURL       string
+	brokers     string
+	api         string
+	apiClient   *http.Client
+	relayEnv    func(node string) map[string]string
+	consumerEnv map[string]string
+}
+
+func newStack(t *testing.T) *stack {
+	reg := events.NewRegistry()
+	kafka := testenv.Kafka(t, reg.AllTopics()...)
+	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
+	redisURL := testenv.RedisURL(t)
+	apiAddr := freeAddr(t)
+	start(t, "commerce-api", "commerce-api", map[string]string{
+		"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr,
+	})
+	s.api = "http://" + apiAddr
+	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	s.relayEnv = func(node string) map[string]string {
+		return map[string]string{
+			"DATABASE_URL": s.dbURL, "KAFKA_BROKERS": s.brokers, "ADMIN_ADDR": freeAddr(t),
+			"OUTBOX_RELAY_NODE_ID": node, "OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms",
+			"OUTBOX_RELAY_RETRY_INTERVAL": "500ms",
+		}
+	}
+	s.consumerEnv = map[string]string{
+		"DATABASE_URL": s.dbURL, "KAFKA_BROKERS": s.brokers, "REDIS_URL": redisURL,
+		"ADMIN_ADDR": freeAddr(t), "CONSUMER_RETRY_BACKOFF": "100ms",
+		// A SIGKILLed member holds its partitions until its session ends.
+		"KAFKA_SESSION_TIMEOUT": "6s", "KAFKA_REBALANCE_TIMEOUT": "10s",
+	}
+	waitHTTP(t, s.api+"/readyz")
+	return s
+}
+
+func (s *stack) startRelay(node string) (*proc, string) {
+	env := s.relayEnv(node)
+	p := start(s.t, "outbox-relay-"+node, "outbox-relay", env)
+	admin := "http://" + env["ADMIN_ADDR"]
+	waitHTTP(s.t, admin+"/healthz")
+	return p, admin
+}
+
+func (s *stack) startConsumers() *proc {
+	p := start(s.t, "product-consumers", "product-consumers", s.consumerEnv)
+	waitHTTP(s.t, "http://"+s.consumerEnv["ADMIN_ADDR"]+"/healthz")
+	return p
+}
+
+// call sends one API request and decodes the JSON answer into out (when not
+// nil). It returns the status.
+func (s *stack) call(method, path, user string, body, out any) int {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.api+"/api/v1"+path, rd)
+	req.Header.Set("Content-Type", "application/json")
+	if user != "" {
+		req.Header.Set("X-User-ID", user)
+	}
+	resp, err := s.apiClient.Do(req)
+	if err != nil {
+		s.t.Errorf("%s %s: %v", method, path, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			s.t.Errorf("%s %s: decode %s: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func isLeader(admin string) bool {
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "outbox_relay_is_leader ") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "outbox_relay_is_leader ")) == "1"
+		}
+	}
+	return false
+}
+
+type aggregate struct{ Likes, Sales, Amount, Views int64 }
+
+// envInt reads a positive integer setting of the suite (make e2e raises them).
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// TestScenario: 20 products, 50 users doing a seeded random mix of likes,
+// unlikes, views, orders and payments, while product-consumers is SIGKILLed
+// twice and the leading relay once; then product_metrics must equal the
+// oracle computed from the domain tables and the views made, exactly.
+func TestScenario(t *testing.T) {
+	s := newStack(t)
+	relayA, adminA := s.startRelay("relay-a")
+	relayB, adminB := s.startRelay("relay-b")
+	consumers := s.startConsumers()
+
+	const nProducts, nUsers, workers = 20, 50, 16
+	products := make([]int64, nProducts)
+	for i := range products {
+		var p struct{ ID int64 }
+		stock := 100000
+		if i < 3 {
+			stock = 40 // a few products sell out, exercising StockDepleted
+		}
+		if st := s.call("POST", "/products", "", map[string]any{"name": fmt.Sprintf("product %d", i), "price": 1000 + 100*i, "stock": stock}, &p); st != http.StatusCreated {
+			t.Fatalf("create product: status %d", st)
+		}
+		products[i] = p.ID
+	}
+
+	// Paced so that the faults fall well apart, as crashes do, rather than
+	// within one consumer group rebalance.
+	total := envInt("E2E_ACTIONS", 5000)
+	pace := time.NewTicker(time.Second / time.Duration(envInt("E2E_RATE", 200)))
+	defer pace.Stop()
+	var next, viewsMade atomic.Int64
+	views := make([]atomic.Int64, nProducts)
+	faults := map[int64]func(){
+		int64(total) / 4: func() { consumers.kill(); consumers = s.startConsumers() },
+		int64(total) / 2: func() {
+			leader, admin := relayA, adminA
+			if !isLeader(adminA) {
+				leader, admin = relayB, adminB
+			}
+			if !isLeader(admin) {
+				t.Error("no relay reports being the leader")
+				return
+			}
+			leader.kill()
+		},
+		int64(total) * 3 / 4: func() { consumers.kill(); consumers = s.startConsumers() },
+	}
+	var faultMu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(42, uint64(w)))
+			for {
+				<-pace.C
+				n := next.Add(1)
+				if n > int64(total) {
+					return
+				}
+				if f, ok := faults[n]; ok {
+					faultMu.Lock()
+					f()
+					faultMu.Unlock()
+				}
+				user := "user-" + strconv.Itoa(rng.IntN(nUsers))
+				pi := rng.IntN(nProducts)
+				pid := strconv.FormatInt(products[pi], 10)
+				switch r := rng.IntN(100); {
+				case r < 30:
+					s.expect(s.call("POST", "/products/"+pid+"/likes", user, nil, nil), http.StatusOK)
+				case r < 45:
+					s.expect(s.call("DELETE", "/products/"+pid+"/likes", user, nil, nil), http.StatusOK)
+				case r < 75:
+					if s.expect(s.call("GET", "/products/"+pid, user, nil, nil), http.StatusOK) {
+						views[pi].Add(1)
+						viewsMade.Add(1)
+					}
+				default:
+					items := []map[string]any{{"productId": products[pi], "quantity": 1 + rng.IntN(3)}}
+					if rng.IntN(3) == 0 {
+						items = append(items, map[string]any{"productId": products[(pi+1+rng.IntN(nProducts-1))%nProducts], "quantity": 1})
+					}
+					var order struct{ ID int64 }
+					if !s.expect(s.call("POST", "/orders", user, map[string]any{"items": items}, &order), http.StatusCreated) {
+						continue
+					}
+					// Paying may find a sold-out product: 409, nothing changes.
+					s.expect(s.call("POST", "/orders/"+strconv.FormatInt(order.ID, 10)+"/payments", user, nil, nil), http.StatusOK, http.StatusConflict)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The oracle: likes and paid orders from the domain tables, views as made.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	want := map[int64]aggregate{}
+	for i, id := range products {
+		want[id] = aggregate{Views: views[i].Load()}
+	}
+	rows, _ := conn.Query(ctx, `SELECT product_id, count(*), 0::bigint FROM likes GROUP BY product_id`)
+	scanInto(t, rows, func(id, n, _ int64) { a := want[id]; a.Likes = n; want[id] = a })
+	rows, _ = conn.Query(ctx, `
+		SELECT oi.product_id, sum(oi.quantity)::bigint, sum(oi.quantity * oi.unit_price)::bigint
+		FROM order_items oi JOIN orders o ON o.id = oi.order_id
+		WHERE o.status = 'PAID' GROUP BY oi.product_id`)
+	scanInto(t, rows, func(id, q, amount int64) { a := want[id]; a.Sales, a.Amount = q, amount; want[id] = a })
+
+	got := waitMetrics(t, conn, want, 120*time.Second)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("product_metrics differ from the oracle after %d actions (%d views) (-want +got):\n%s", total, viewsMade.Load(), diff)
+	}
+	t.Logf("%d actions, %d views; aggregates equal the oracle for all %d products", total, viewsMade.Load(), nProducts)
+}
+
+func (s *stack) expect(got int, want ...int) bool {
+	s.t.Helper()
+	for _, w := range want {
+		if got == w {
+			return w < 300
+		}
+	}
+	s.t.Errorf("status %d, want one of %v", got, want)
+	return false
+}
+
+func scanInto(t *testing.T, rows pgx.Rows, f func(a, b, c int64)) {
+	t.Helper()
+	defer rows.Close()
+	for rows.Next() {
+		var a, b, c int64
+		if err := rows.Scan(&a, &b, &c); err != nil {
+			t.Fatal(err)
+		}
+		f(a, b, c)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readMetrics(t *testing.T, conn *pgx.Conn, products map[int64]aggregate) map[int64]aggregate {
+	t.Helper()
+	got := map[int64]aggregate{}
+	for id := range products {
+		got[id] = aggregate{}
+	}
+	rows, err := conn.Query(context.Background(), `SELECT product_id, like_count, sales_count, sales_amount, view_count FROM product_metrics`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var a aggregate
+		if err := rows.Scan(&id, &a.Likes, &a.Sales, &a.Amount, &a.Views); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = a
+	}
+	return got
+}
+
+func waitMetrics(t *testing.T, conn *pgx.Conn, want map[int64]aggregate, limit time.Duration) map[int64]aggregate {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got := readMetrics(t, conn, want)
+		if cmp.Equal(want, got) || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPoisonEvent: an event of a type no consumer knows, written straight
+// into the outbox, ends in its topic's DLT with its origin, and the events
+// after it are still processed.
+func TestPoisonEvent(t *testing.T) {
+	s := newStack(t)
+	s.startRelay("relay-a")
+	s.startConsumers()
+	var p struct{ ID int64 }
+	if st := s.call("POST", "/products", "", map[string]any{"name": "p", "price": 100, "stock": 5}, &p); st != http.StatusCreated {
+		t.Fatalf("create product: %d", st)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	poisonID := uuid.NewString()
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
+		VALUES ($1, 'loopers.product.exploded.v1', 'e2e', 'Product', $2, '{}')`, poisonID, strconv.FormatInt(p.ID, 10)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		s.expect(s.call("GET", "/products/"+strconv.FormatInt(p.ID, 10), "u", nil, nil), http.StatusOK)
+	}
+	want := map[int64]aggregate{p.ID: {Views: 3}}
+	if diff := cmp.Diff(want, waitMetrics(t, conn, want, 60*time.Second)); diff != "" {
+		t.Fatalf("views after the poison event (-want +got):\n%s", diff)
+	}
+
+	dlt := consumeOne(t, strings.Split(s.brokers, ","), "product-events.DLT", 30*time.Second)
+	h := map[string]string{}
+	for _, r := range dlt.Headers {
+		h[string(r.Key)] = string(r.Value)
+	}
+	wantHeaders := map[string]string{
+		"ce_id": poisonID, "ce_type": "loopers.product.exploded.v1",
+		pcon.HeaderOriginalTopic: "product-events", pcon.HeaderConsumerGroup: "product-view-consumer",
+	}
+	for k, v := range wantHeaders {
+		if h[k] != v {
+			t.Errorf("DLT header %s = %q, want %q (all: %v)", k, h[k], v, h)
+		}
+	}
+	if h[pcon.HeaderError] == "" || h[pcon.HeaderOriginalOffset] == "" || h[pcon.HeaderOriginalPartition] == "" {
+		t.Errorf("DLT record lacks origin headers: %v", h)
+	}
+}
+
+func consumeOne(t *testing.T, brokers []string, topic string, limit time.Duration) *sarama.ConsumerMessage {
+	t.Helper()
+	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *sarama.ConsumerMessage, len(parts))
+	for _, part := range parts {
+		pc, err := c.ConsumePartition(topic, part, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				got <- m
+			}
+		}()
+	}
+	select {
+	case m := <-got:
+		return m
+	case <-time.After(limit):
+		t.Fatalf("nothing arrived in %s within %s", topic, limit)
+		return nil
+	}
+}
