@@ -2,7 +2,7 @@
 # this machine. Source it; every function logs to stderr and prints only its
 # result on stdout.
 
-log() { echo "testenv: $*" >&2; }
+log() { echo "$(basename "$0" .sh): $*" >&2; }
 die() { log "$*"; exit 1; }
 
 docker_answers() {
