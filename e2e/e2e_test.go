@@ -11,16 +11,13 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,115 +26,65 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
-var binDir string
+var bins *stack.Binaries
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	root, err := stack.ModuleRoot()
+	if err == nil {
+		bins, err = stack.Build(context.Background(), root, stack.Services...)
 	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", "../services/commerce-api", "../services/outbox-relay", "../services/product-consumers")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build the services:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	bins.Remove()
 	os.Exit(code)
 }
 
-// proc is a service binary running as a process.
-type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-func start(t *testing.T, name, bin string, env map[string]string) *proc {
+// start runs a service binary for the test; it is stopped when the test ends
+// and its log is shown if the test failed.
+func start(t *testing.T, name, bin string, env map[string]string) *stack.Proc {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, bin))
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	logFile, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	p, err := bins.Start(bin, env, filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { cmd.Wait(); logFile.Close(); close(p.done) }()
 	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
+		p.Stop(20 * time.Second)
 		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("%s log (last 4 KiB):\n%s", name, tail(b, 4096))
+			t.Logf("%s log (last 4 KiB):\n%s", name, p.Log(4096))
 		}
 	})
 	return p
 }
 
-func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
-
-// kill stops the process at once, as a crash would: nothing is flushed,
-// committed or released.
-func (p *proc) kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.done
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := stack.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func waitHTTP(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := stack.WaitHTTP(ctx, url); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s never answered 200", url)
 }
 
-// stack is the running system.
-type stack struct {
+// system is the running pipeline.
+type system struct {
 	t           *testing.T
 	dbURL       string
 	brokers     string
@@ -147,10 +94,10 @@ type stack struct {
 	consumerEnv map[string]string
 }
 
-func newStack(t *testing.T) *stack {
+func newSystem(t *testing.T) *system {
 	reg := events.NewRegistry()
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
-	s := &stack{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
+	s := &system{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
 	redisURL := testenv.RedisURL(t)
 	apiAddr := freeAddr(t)
 	start(t, "commerce-api", "commerce-api", map[string]string{
@@ -175,7 +122,7 @@ func newStack(t *testing.T) *stack {
 	return s
 }
 
-func (s *stack) startRelay(node string) (*proc, string) {
+func (s *system) startRelay(node string) (*stack.Proc, string) {
 	env := s.relayEnv(node)
 	p := start(s.t, "outbox-relay-"+node, "outbox-relay", env)
 	admin := "http://" + env["ADMIN_ADDR"]
@@ -183,7 +130,7 @@ func (s *stack) startRelay(node string) (*proc, string) {
 	return p, admin
 }
 
-func (s *stack) startConsumers() *proc {
+func (s *system) startConsumers() *stack.Proc {
 	p := start(s.t, "product-consumers", "product-consumers", s.consumerEnv)
 	waitHTTP(s.t, "http://"+s.consumerEnv["ADMIN_ADDR"]+"/healthz")
 	return p
@@ -191,7 +138,7 @@ func (s *stack) startConsumers() *proc {
 
 // call sends one API request and decodes the JSON answer into out (when not
 // nil). It returns the status.
-func (s *stack) call(method, path, user string, body, out any) int {
+func (s *system) call(method, path, user string, body, out any) int {
 	s.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -248,7 +195,7 @@ func envInt(name string, def int) int {
 // twice and the leading relay once; then product_metrics must equal the
 // oracle computed from the domain tables and the views made, exactly.
 func TestScenario(t *testing.T) {
-	s := newStack(t)
+	s := newSystem(t)
 	relayA, adminA := s.startRelay("relay-a")
 	relayB, adminB := s.startRelay("relay-b")
 	consumers := s.startConsumers()
@@ -275,7 +222,7 @@ func TestScenario(t *testing.T) {
 	var next, viewsMade atomic.Int64
 	views := make([]atomic.Int64, nProducts)
 	faults := map[int64]func(){
-		int64(total) / 4: func() { consumers.kill(); consumers = s.startConsumers() },
+		int64(total) / 4: func() { consumers.Kill(); consumers = s.startConsumers() },
 		int64(total) / 2: func() {
 			leader, admin := relayA, adminA
 			if !isLeader(adminA) {
@@ -285,9 +232,9 @@ func TestScenario(t *testing.T) {
 				t.Error("no relay reports being the leader")
 				return
 			}
-			leader.kill()
+			leader.Kill()
 		},
-		int64(total) * 3 / 4: func() { consumers.kill(); consumers = s.startConsumers() },
+		int64(total) * 3 / 4: func() { consumers.Kill(); consumers = s.startConsumers() },
 	}
 	var faultMu sync.Mutex
 	var wg sync.WaitGroup
@@ -364,7 +311,7 @@ func TestScenario(t *testing.T) {
 	t.Logf("%d actions, %d views; aggregates equal the oracle for all %d products", total, viewsMade.Load(), nProducts)
 }
 
-func (s *stack) expect(got int, want ...int) bool {
+func (s *system) expect(got int, want ...int) bool {
 	s.t.Helper()
 	for _, w := range want {
 		if got == w {
@@ -428,7 +375,7 @@ func waitMetrics(t *testing.T, conn *pgx.Conn, want map[int64]aggregate, limit t
 // into the outbox, ends in its topic's DLT with its origin, and the events
 // after it are still processed.
 func TestPoisonEvent(t *testing.T) {
-	s := newStack(t)
+	s := newSystem(t)
 	s.startRelay("relay-a")
 	s.startConsumers()
 	var p struct{ ID int64 }
