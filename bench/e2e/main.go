@@ -1,0 +1,310 @@
+// Command e2e measures the whole pipeline: the latency from commerce-api's
+// 2xx answer to the change being visible in product_metrics, with the real
+// binaries, at a fixed request rate. Half the requests view a product, half
+// add a new like; the k-th answered view (like) of a product is visible once
+// the product's view_count (like_count) reaches k.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/loopers/commerce-pipeline/internal/stack"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+type options struct {
+	rate     int
+	duration time.Duration
+	products int
+	poll     time.Duration
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.rate, "rate", 500, "requests per second")
+	flag.DurationVar(&o.duration, "duration", 60*time.Second, "how long to send requests")
+	flag.IntVar(&o.products, "products", 20, "products to spread requests over")
+	flag.DurationVar(&o.poll, "poll", 2*time.Millisecond, "how often product_metrics is read")
+	flag.Parse()
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/e2e:", err)
+		os.Exit(1)
+	}
+}
+
+const (
+	view = iota
+	like
+)
+
+// answered records, per product and kind, when each 2xx arrived, in order.
+type answered struct {
+	mu sync.Mutex
+	at [][2][]time.Time
+}
+
+func (a *answered) add(p, kind int, t time.Time) {
+	a.mu.Lock()
+	a.at[p][kind] = append(a.at[p][kind], t)
+	a.mu.Unlock()
+}
+
+func run(ctx context.Context, o options) error {
+	root, err := stack.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	fmt.Println("building the services...")
+	bins, err := stack.Build(ctx, root, stack.Services...)
+	if err != nil {
+		return err
+	}
+	defer bins.Remove()
+	dbURL, drop, err := testenv.NewDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer drop() //nolint:errcheck // best effort
+	redisURL := os.Getenv("TEST_REDIS_URL")
+	if redisURL == "" {
+		redisURL = "redis://127.0.0.1:6379/0"
+	}
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, events.NewRegistry().AllTopics()...))
+	if err != nil {
+		return err
+	}
+	defer kafka.Close()
+	brokers := strings.Join(kafka.ListenAddrs(), ",")
+	logs, err := os.MkdirTemp("", "bench-e2e-logs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(logs)
+
+	addr := func() string { a, _ := stack.FreeAddr(); return a }
+	apiAddr, relayAdmin, consumersAdmin := addr(), addr(), addr()
+	procs := []struct {
+		bin, ready string
+		env        map[string]string
+	}{
+		{"commerce-api", "http://" + apiAddr + "/readyz", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr}},
+		{"outbox-relay", "http://" + relayAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": relayAdmin}},
+		{"product-consumers", "http://" + consumersAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "REDIS_URL": redisURL, "ADMIN_ADDR": consumersAdmin}},
+	}
+	for _, pr := range procs {
+		p, err := bins.Start(pr.bin, pr.env, filepath.Join(logs, pr.bin+".log"))
+		if err != nil {
+			return err
+		}
+		defer p.Stop(20 * time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = stack.WaitHTTP(wctx, pr.ready)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w\n%s", err, p.Log(2000))
+		}
+	}
+	api := "http://" + apiAddr + "/api/v1"
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512}}
+	products := make([]int64, o.products)
+	for i := range products {
+		var p struct{ ID int64 }
+		if err := call(client, "POST", api+"/products", "", fmt.Sprintf(`{"name":"p%d","price":1000,"stock":1000000}`, i), &p); err != nil {
+			return err
+		}
+		products[i] = p.ID
+	}
+	// Consumers join their groups asynchronously; let one view go through
+	// before timing anything.
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if err := warmUp(ctx, client, api, conn, products[0]); err != nil {
+		return err
+	}
+
+	ans := &answered{at: make([][2][]time.Time, len(products))}
+	var sent, failed atomic.Int64
+	var latencies []time.Duration
+	pollDone := make(chan error, 1)
+	stopPoll := make(chan struct{})
+	go func() { pollDone <- pollVisible(ctx, conn, products, ans, o.poll, stopPoll, &latencies) }()
+
+	fmt.Printf("sending %d requests/s for %s...\n", o.rate, o.duration)
+	began := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(o.rate))
+	sem := make(chan struct{}, 512)
+	var wg sync.WaitGroup
+	var likes atomic.Int64
+	for time.Since(began) < o.duration {
+		<-tick.C
+		sem <- struct{}{}
+		sent.Add(1)
+		wg.Go(func() {
+			defer func() { <-sem }()
+			pi := rand.IntN(len(products))
+			pid := strconv.FormatInt(products[pi], 10)
+			var err error
+			kind := rand.IntN(2)
+			if kind == view {
+				err = call(client, "GET", api+"/products/"+pid, "", "", nil)
+			} else {
+				err = call(client, "POST", api+"/products/"+pid+"/likes", "bench-"+strconv.FormatInt(likes.Add(1), 10), "", nil)
+			}
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			ans.add(pi, kind, time.Now())
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	elapsed := time.Since(began)
+	close(stopPoll)
+	if err := <-pollDone; err != nil {
+		return err
+	}
+	answeredN := sent.Load() - failed.Load()
+	if int64(len(latencies)) != answeredN {
+		return fmt.Errorf("%d answered changes, %d became visible", answeredN, len(latencies))
+	}
+	slices.Sort(latencies)
+	q := func(f float64) time.Duration { return latencies[int(f*float64(len(latencies)-1))] }
+	fmt.Println()
+	fmt.Println("| end to end: API 2xx → product_metrics | measured | target |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| requests (views + new likes) | %d sent, %d failed | 0 failed |\n", sent.Load(), failed.Load())
+	fmt.Printf("| throughput reached | %.0f req/s | %d req/s |\n", float64(sent.Load())/elapsed.Seconds(), o.rate)
+	fmt.Printf("| latency p50 | %s | ≤ 20ms |\n", q(0.50).Round(100*time.Microsecond))
+	fmt.Printf("| latency p90 | %s | |\n", q(0.90).Round(100*time.Microsecond))
+	fmt.Printf("| latency p99 | %s | ≤ 100ms |\n", q(0.99).Round(100*time.Microsecond))
+	fmt.Printf("| latency max | %s | |\n", latencies[len(latencies)-1].Round(100*time.Microsecond))
+	fmt.Printf("(visibility polled every %s, which bounds the resolution)\n", o.poll)
+	if failed.Load() > 0 {
+		return errors.New("some requests failed")
+	}
+	return nil
+}
+
+// pollVisible reads the aggregates every interval and, for each answered
+// change that has become visible, records its latency. After stop it keeps
+// going until every answered change is visible, for at most 30 s.
+func pollVisible(ctx context.Context, conn *pgx.Conn, products []int64, ans *answered, every time.Duration, stop <-chan struct{}, out *[]time.Duration) error {
+	index := map[int64]int{}
+	for i, id := range products {
+		index[id] = i
+	}
+	seen := make([][2]int, len(products))
+	var deadline time.Time
+	for {
+		now := time.Now()
+		rows, err := conn.Query(ctx, `SELECT product_id, view_count, like_count FROM product_metrics`)
+		if err != nil {
+			return err
+		}
+		pending := 0
+		ans.mu.Lock()
+		for rows.Next() {
+			var id, views, likes int64
+			if err := rows.Scan(&id, &views, &likes); err != nil {
+				ans.mu.Unlock()
+				return err
+			}
+			i, ok := index[id]
+			if !ok {
+				continue
+			}
+			for kind, visible := range [2]int64{views, likes} {
+				at := ans.at[i][kind]
+				for seen[i][kind] < len(at) && int64(seen[i][kind]) < visible {
+					*out = append(*out, now.Sub(at[seen[i][kind]]))
+					seen[i][kind]++
+				}
+			}
+		}
+		for i := range ans.at {
+			pending += len(ans.at[i][view]) - seen[i][view] + len(ans.at[i][like]) - seen[i][like]
+		}
+		ans.mu.Unlock()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-stop:
+			if deadline.IsZero() {
+				deadline = time.Now().Add(30 * time.Second)
+			}
+			if pending == 0 || time.Now().After(deadline) {
+				return nil
+			}
+		default:
+		}
+		time.Sleep(every)
+	}
+}
+
+// warmUp views a product until the view shows in product_metrics, so that
+// the consumers own their partitions before measuring. The warm-up view is
+// then taken back out of the count, which must match the measured requests.
+func warmUp(ctx context.Context, client *http.Client, api string, conn *pgx.Conn, product int64) error {
+	if err := call(client, "GET", api+"/products/"+strconv.FormatInt(product, 10), "", "", nil); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int64
+		err := conn.QueryRow(ctx, `SELECT view_count FROM product_metrics WHERE product_id = $1`, product).Scan(&n)
+		if err == nil && n == 1 {
+			_, err = conn.Exec(ctx, `UPDATE product_metrics SET view_count = 0 WHERE product_id = $1`, product)
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("the warm-up view never became visible")
+}
+
+func call(client *http.Client, method, url, user, body string, out any) error {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if user != "" {
+		req.Header.Set("X-User-ID", user)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
