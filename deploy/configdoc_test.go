@@ -1,0 +1,127 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// docRow is one variable of docs/configuration.md.
+type docRow struct {
+	Required bool
+	Default  string // the first `code` span of the Default cell; "" for —
+}
+
+// readDoc returns docs/configuration.md's tables by program (the "## name"
+// heading above each) and variable.
+func readDoc(t *testing.T) map[string]map[string]docRow {
+	t.Helper()
+	doc := map[string]map[string]docRow{}
+	section := ""
+	for i, line := range strings.Split(string(readFile(t, "docs/configuration.md")), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			section = strings.TrimSpace(h)
+			continue
+		}
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) != 4 {
+			t.Fatalf("configuration.md:%d: want 4 cells, got %d: %s", i+1, len(cells), line)
+		}
+		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
+		row := docRow{Default: firstCode(cells[2])}
+		switch strings.TrimSpace(cells[1]) {
+		case "yes":
+			row.Required = true
+		case "no":
+		default:
+			t.Fatalf("configuration.md:%d: Required must be yes or no: %s", i+1, line)
+		}
+		if doc[section] == nil {
+			doc[section] = map[string]docRow{}
+		}
+		if _, dup := doc[section][name]; dup {
+			t.Fatalf("configuration.md:%d: %s listed twice under %s", i+1, name, section)
+		}
+		doc[section][name] = row
+	}
+	return doc
+}
+
+func firstCode(cell string) string {
+	_, rest, ok := strings.Cut(cell, "`")
+	if !ok {
+		return ""
+	}
+	code, _, _ := strings.Cut(rest, "`")
+	return code
+}
+
+// TestConfigurationDocument: every variable each program reads is in its
+// table with the code's required flag and default, and the table lists
+// nothing else.
+func TestConfigurationDocument(t *testing.T) {
+	doc := readDoc(t)
+	for _, p := range programs {
+		t.Run(p.Name, func(t *testing.T) {
+			vars := readVars(t, p.File)
+			if len(vars) == 0 {
+				t.Fatalf("found no variable read in %s", p.File)
+			}
+			want := map[string]docRow{}
+			for _, v := range vars {
+				row := docRow{Required: v.Required, Default: v.Default}
+				if v.Kind == "Getenv" {
+					// os.Getenv says nothing of required; the start-up
+					// test checks it on the binary.
+					row.Required = doc[p.Name][v.Name].Required
+				}
+				if v.Kind == "Duration" {
+					// The document writes 168h for 168h0m0s: compare values.
+					if d, err := time.ParseDuration(doc[p.Name][v.Name].Default); err == nil && d.String() == v.Default {
+						row.Default = doc[p.Name][v.Name].Default
+					}
+				}
+				want[v.Name] = row
+			}
+			if diff := cmpDiff(want, doc[p.Name]); diff != "" {
+				t.Errorf("docs/configuration.md section %q differs from %s (-code +document):\n%s", p.Name, p.File, diff)
+			}
+		})
+	}
+}
+
+// TestRequiredAtStartup runs each binary with no configuration at all: it
+// must refuse to start, naming every variable the document calls required
+// and no optional one.
+func TestRequiredAtStartup(t *testing.T) {
+	doc := readDoc(t)
+	for _, p := range programs {
+		t.Run(p.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary(t, p.Name))
+			cmd.Env = []string{"PATH=/usr/bin:/bin"}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			if _, exited := err.(*exec.ExitError); !exited {
+				t.Fatalf("want a start-up failure, got err=%v; output:\n%s", err, out.String())
+			}
+			for name, row := range doc[p.Name] {
+				said := strings.Contains(out.String(), name)
+				if row.Required && !said {
+					t.Errorf("%s is documented as required but the start-up error does not name it:\n%s", name, out.String())
+				}
+				if !row.Required && said {
+					t.Errorf("%s is documented as optional but the start-up error names it:\n%s", name, out.String())
+				}
+			}
+		})
+	}
+}
