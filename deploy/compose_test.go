@@ -1,0 +1,341 @@
+package deploy_test
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+// appServices are the compose services that run this module's binaries, by
+// the program whose configuration they carry.
+var appServices = map[string]string{
+	"commerce-api":      "commerce-api",
+	"outbox-relay":      "outbox-relay",
+	"product-consumers": "product-consumers",
+	"migrate":           "migrate",
+}
+
+// listenVar names the variable holding each long-running service's HTTP
+// address (ops endpoints included).
+var listenVar = map[string]string{
+	"commerce-api":      "HTTP_ADDR",
+	"outbox-relay":      "ADMIN_ADDR",
+	"product-consumers": "ADMIN_ADDR",
+}
+
+// loadCompose parses docker-compose.yml with the loader Docker Compose uses,
+// which validates it against the Compose schema, with every profile on.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
+		cli.WithWorkingDirectory(root), cli.WithEnv(nil), cli.WithProfiles([]string{"observability"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := opts.LoadProject(ctx)
+	if err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	return p
+}
+
+func env(s types.ServiceConfig) map[string]string {
+	m := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			m[k] = *v
+		}
+	}
+	return m
+}
+
+// oneShots are the services others wait on to complete.
+func oneShots(p *types.Project) map[string]bool {
+	m := map[string]bool{}
+	for _, s := range p.Services {
+		for name, dep := range s.DependsOn {
+			if dep.Condition == types.ServiceConditionCompletedSuccessfully {
+				m[name] = true
+			}
+		}
+	}
+	return m
+}
+
+func TestComposeHealthAndOrder(t *testing.T) {
+	p := loadCompose(t)
+	once := oneShots(p)
+	for _, want := range []string{"postgres", "redis", "kafka", "kafka-topics", "migrate", "commerce-api", "outbox-relay", "product-consumers", "prometheus", "grafana"} {
+		if _, ok := p.Services[want]; !ok {
+			t.Errorf("service %s missing", want)
+		}
+	}
+	for name, s := range p.Services {
+		if once[name] {
+			if s.Restart != "no" {
+				t.Errorf("%s is a one-shot job; restart must be \"no\", got %q", name, s.Restart)
+			}
+			continue
+		}
+		if s.HealthCheck == nil || s.HealthCheck.Disable || len(s.HealthCheck.Test) < 2 {
+			t.Errorf("long-running service %s has no health check", name)
+		}
+		for dep, d := range s.DependsOn {
+			target := p.Services[dep]
+			switch d.Condition {
+			case types.ServiceConditionHealthy:
+				if target.HealthCheck == nil {
+					t.Errorf("%s waits for %s to be healthy, which has no health check", name, dep)
+				}
+			case types.ServiceConditionCompletedSuccessfully:
+			default:
+				t.Errorf("%s depends on %s with condition %q; want service_healthy or service_completed_successfully", name, dep, d.Condition)
+			}
+		}
+	}
+	for _, want := range []string{"kafka-topics", "migrate"} {
+		if !once[want] {
+			t.Errorf("nothing waits for %s to complete", want)
+		}
+	}
+	relay := p.Services["outbox-relay"]
+	if relay.Deploy == nil || relay.Deploy.Replicas == nil || *relay.Deploy.Replicas != 2 {
+		t.Error("outbox-relay must run 2 replicas (deploy.replicas)")
+	}
+	if len(relay.Ports) != 0 {
+		t.Errorf("outbox-relay publishes %v; two replicas cannot bind one host port", relay.Ports)
+	}
+}
+
+// TestComposeConfiguration: every service running a binary of this module
+// sets every variable its configuration requires, sets no variable it does
+// not read, and the values parse the way the configuration code parses them.
+func TestComposeConfiguration(t *testing.T) {
+	p := loadCompose(t)
+	stages := dockerStages(t)
+	for svc, prog := range appServices {
+		t.Run(svc, func(t *testing.T) {
+			s, ok := p.Services[svc]
+			if !ok {
+				t.Fatalf("no service %s", svc)
+			}
+			if s.Build == nil || s.Build.Target != prog || !stages[prog] {
+				t.Errorf("%s must build Dockerfile target %q (stages %v), build = %+v", svc, prog, stages, s.Build)
+			}
+			checkEnv(t, prog, env(s))
+		})
+	}
+}
+
+func programFile(name string) string {
+	for _, p := range programs {
+		if p.Name == name {
+			return p.File
+		}
+	}
+	return ""
+}
+
+// checkEnv checks a program's environment against its configuration code.
+func checkEnv(t *testing.T, prog string, set map[string]string) {
+	t.Helper()
+	vars := map[string]envVar{}
+	for _, v := range readVars(t, programFile(prog)) {
+		vars[v.Name] = v
+	}
+	for name, value := range set {
+		v, ok := vars[name]
+		if !ok {
+			t.Errorf("%s is set but %s never reads it", name, prog)
+			continue
+		}
+		if err := checkValue(v, value); err != "" {
+			t.Errorf("%s=%q: %s", name, value, err)
+		}
+	}
+	for name, v := range vars {
+		if _, ok := set[name]; v.Required && !ok {
+			t.Errorf("%s requires %s, which is not set", prog, name)
+		}
+	}
+}
+
+// checkValue applies the checks of internal/config to value.
+func checkValue(v envVar, value string) string {
+	switch v.Kind {
+	case "URL":
+		u, err := url.Parse(value)
+		if err != nil || u.Host == "" || !slices.Contains(v.Schemes, u.Scheme) {
+			return "want a URL with scheme " + strings.Join(v.Schemes, " or ")
+		}
+	case "Duration":
+		if d, err := time.ParseDuration(value); err != nil || d <= 0 {
+			return "want a positive duration"
+		}
+	case "PositiveInt":
+		if n, err := strconv.Atoi(value); err != nil || n <= 0 {
+			return "want a positive integer"
+		}
+	case "List":
+		for item := range strings.SplitSeq(value, ",") {
+			if len(v.Allowed) > 0 && !slices.Contains(v.Allowed, strings.TrimSpace(item)) {
+				return "unknown item " + item
+			}
+		}
+	}
+	return ""
+}
+
+// composeProbes returns the URL each service's health check probes, by
+// service, checking the probe is the healthcheck binary on the service's
+// own listen port.
+func composeProbes(t *testing.T) map[string]*url.URL {
+	t.Helper()
+	p := loadCompose(t)
+	probes := map[string]*url.URL{}
+	for svc, v := range listenVar {
+		s := p.Services[svc]
+		test := s.HealthCheck.Test
+		if len(test) != 3 || test[0] != "CMD" || test[1] != "/usr/local/bin/healthcheck" {
+			t.Errorf("%s health check must run the healthcheck binary on one URL, got %q", svc, test)
+			continue
+		}
+		u, err := url.Parse(test[2])
+		if err != nil {
+			t.Errorf("%s health check URL: %v", svc, err)
+			continue
+		}
+		_, port, err := net.SplitHostPort(env(s)[v])
+		if err != nil || u.Port() != port {
+			t.Errorf("%s probes port %s but listens on %s=%q", svc, u.Port(), v, env(s)[v])
+		}
+		probes[svc] = u
+	}
+	return probes
+}
+
+func TestComposeTopics(t *testing.T) {
+	p := loadCompose(t)
+	job := p.Services["kafka-topics"]
+	got := strings.Fields(env(job)["TOPICS"])
+	slices.Sort(got)
+	want := events.NewRegistry().AllTopics()
+	slices.Sort(want)
+	if diff := cmpDiff(want, got); diff != "" {
+		t.Errorf("kafka-topics creates other topics than pkg/events lists (-want +got):\n%s", diff)
+	}
+	script := strings.Join(append(slices.Clone(job.Entrypoint), job.Command...), " ")
+	for _, want := range []string{"for topic in $TOPICS", "kafka-topics.sh --bootstrap-server kafka:9092 --create --if-not-exists --topic \"$topic\" --partitions 3"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("kafka-topics script lacks %q:\n%s", want, script)
+		}
+	}
+
+	kafka := env(p.Services["kafka"])
+	if kafka["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] != "false" {
+		t.Error("the broker must not create topics on demand: topics are infrastructure")
+	}
+	advertised := strings.Split(kafka["KAFKA_ADVERTISED_LISTENERS"], ",")
+	for _, want := range []string{"INTERNAL://kafka:9092", "EXTERNAL://localhost:9094"} {
+		if !slices.Contains(advertised, want) {
+			t.Errorf("Kafka does not advertise %s: %v", want, advertised)
+		}
+	}
+	published := false
+	for _, port := range p.Services["kafka"].Ports {
+		published = published || port.Target == 9094 && port.Published == "9094"
+	}
+	if !published {
+		t.Error("Kafka's host listener 9094 is not published")
+	}
+	for _, svc := range []string{"outbox-relay", "product-consumers"} {
+		if got := env(p.Services[svc])["KAFKA_BROKERS"]; got != "kafka:9092" {
+			t.Errorf("%s KAFKA_BROKERS = %q, want the internal listener kafka:9092", svc, got)
+		}
+	}
+}
+
+// promConfig is the part of a Prometheus configuration this suite uses;
+// decoding is strict so a misspelt key fails.
+type promConfig struct {
+	Global struct {
+		ScrapeInterval     string `yaml:"scrape_interval"`
+		EvaluationInterval string `yaml:"evaluation_interval"`
+	} `yaml:"global"`
+	RuleFiles     []string `yaml:"rule_files"`
+	ScrapeConfigs []struct {
+		JobName       string `yaml:"job_name"`
+		MetricsPath   string `yaml:"metrics_path"`
+		StaticConfigs []struct {
+			Targets []string `yaml:"targets"`
+		} `yaml:"static_configs"`
+		DNSSDConfigs []struct {
+			Names           []string `yaml:"names"`
+			Type            string   `yaml:"type"`
+			Port            int      `yaml:"port"`
+			RefreshInterval string   `yaml:"refresh_interval"`
+		} `yaml:"dns_sd_configs"`
+	} `yaml:"scrape_configs"`
+}
+
+// TestComposeObservability: Prometheus scrapes each service at the port it
+// listens on, and the files the observability profile mounts exist.
+func TestComposeObservability(t *testing.T) {
+	p := loadCompose(t)
+	var cfg promConfig
+	dec := yaml.NewDecoder(strings.NewReader(string(readFile(t, "deploy/prometheus/prometheus.yml"))))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	scraped := map[string]bool{}
+	for _, sc := range cfg.ScrapeConfigs {
+		if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+			t.Errorf("job %s scrapes %s; the services serve /metrics", sc.JobName, sc.MetricsPath)
+		}
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				scraped[target] = true
+			}
+		}
+		for _, dns := range sc.DNSSDConfigs {
+			for _, n := range dns.Names {
+				scraped[net.JoinHostPort(n, strconv.Itoa(dns.Port))] = true
+			}
+		}
+	}
+	want := map[string]bool{}
+	for svc, v := range listenVar {
+		_, port, _ := net.SplitHostPort(env(p.Services[svc])[v])
+		want[net.JoinHostPort(svc, port)] = true
+	}
+	if diff := cmpDiff(want, scraped); diff != "" {
+		t.Errorf("Prometheus scrape targets (-services +prometheus.yml):\n%s", diff)
+	}
+	for _, svc := range []string{"prometheus", "grafana"} {
+		s := p.Services[svc]
+		if !slices.Contains(s.Profiles, "observability") {
+			t.Errorf("%s must be in the observability profile, has %v", svc, s.Profiles)
+		}
+		for _, v := range s.Volumes {
+			if _, err := os.Stat(v.Source); err != nil {
+				t.Errorf("%s mounts %s: %v", svc, v.Source, err)
+			}
+		}
+	}
+}
