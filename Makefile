@@ -6,10 +6,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TESTENV := eval "$$(scripts/testenv.sh)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test lint migrate bench dev e2e run-api run-relay run-consumers dev-kafka
+.PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers dev-kafka
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 test: ## run every test (with -race) against real PostgreSQL, Redis and an in-process Kafka
 	@$(TESTENV) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -26,6 +26,12 @@ bench: ## run the benchmarks; each prints its baseline and ratio
 
 e2e: ## the end-to-end suite at a larger size (E2E_ACTIONS, E2E_RATE)
 	@$(TESTENV) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
+
+up: ## the whole stack on Docker (docker compose up --build)
+	docker compose up --build
+
+up-observability: ## the stack plus Prometheus and Grafana
+	docker compose --profile observability up --build
 
 dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C
 	@scripts/dev.sh
