@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -402,11 +401,8 @@ func TestPoisonEvent(t *testing.T) {
 		t.Fatalf("views after the poison event (-want +got):\n%s", diff)
 	}
 
-	dlt := consumeOne(t, strings.Split(s.brokers, ","), "product-events.DLT", 30*time.Second)
-	h := map[string]string{}
-	for _, r := range dlt.Headers {
-		h[string(r.Key)] = string(r.Value)
-	}
+	dlt := testenv.ReadTopic(t, strings.Split(s.brokers, ","), "product-events.DLT", 1, 30*time.Second)
+	h := testenv.Headers(dlt[0])
 	wantHeaders := map[string]string{
 		"ce_id": poisonID, "ce_type": "loopers.product.exploded.v1",
 		pcon.HeaderOriginalTopic: "product-events", pcon.HeaderConsumerGroup: "product-view-consumer",
@@ -418,38 +414,5 @@ func TestPoisonEvent(t *testing.T) {
 	}
 	if h[pcon.HeaderError] == "" || h[pcon.HeaderOriginalOffset] == "" || h[pcon.HeaderOriginalPartition] == "" {
 		t.Errorf("DLT record lacks origin headers: %v", h)
-	}
-}
-
-func consumeOne(t *testing.T, brokers []string, topic string, limit time.Duration) *sarama.ConsumerMessage {
-	t.Helper()
-	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	parts, err := c.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *sarama.ConsumerMessage, len(parts))
-	for _, part := range parts {
-		pc, err := c.ConsumePartition(topic, part, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pc.Close()
-		go func() {
-			for m := range pc.Messages() {
-				got <- m
-			}
-		}()
-	}
-	select {
-	case m := <-got:
-		return m
-	case <-time.After(limit):
-		t.Fatalf("nothing arrived in %s within %s", topic, limit)
-		return nil
 	}
 }

@@ -2,7 +2,9 @@ package testenv
 
 import (
 	"testing"
+	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -17,4 +19,55 @@ func Kafka(t testing.TB, topics ...string) *kfake.Cluster {
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// ReadTopic reads topic from its oldest offset on every partition until n
+// records arrived, failing the test if they do not within limit.
+func ReadTopic(t testing.TB, brokers []string, topic string, n int, limit time.Duration) []*sarama.ConsumerMessage {
+	t.Helper()
+	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatalf("testenv: consume %s: %v", topic, err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		t.Fatalf("testenv: partitions of %s: %v", topic, err)
+	}
+	got := make(chan *sarama.ConsumerMessage, n)
+	for _, p := range parts {
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatalf("testenv: consume %s/%d: %v", topic, p, err)
+		}
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				select {
+				case got <- m:
+				default: // more than n arrived; the extra ones are not wanted
+				}
+			}
+		}()
+	}
+	var out []*sarama.ConsumerMessage
+	timeout := time.After(limit)
+	for len(out) < n {
+		select {
+		case m := <-got:
+			out = append(out, m)
+		case <-timeout:
+			t.Fatalf("testenv: read %d records from %s within %s, want %d", len(out), topic, limit, n)
+		}
+	}
+	return out
+}
+
+// Headers returns a record's headers as a map.
+func Headers(m *sarama.ConsumerMessage) map[string]string {
+	h := make(map[string]string, len(m.Headers))
+	for _, r := range m.Headers {
+		h[string(r.Key)] = string(r.Value)
+	}
+	return h
 }

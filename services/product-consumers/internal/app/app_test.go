@@ -207,10 +207,10 @@ func TestConsumersAggregate(t *testing.T) {
 	}
 
 	// Both bad records are in the dead-letter topic with their origin.
-	dlt := readAll(t, kafka.ListenAddrs(), "like-events.DLT", 2)
+	dlt := testenv.ReadTopic(t, kafka.ListenAddrs(), "like-events.DLT", 2, 30*time.Second)
 	var sawPoison, sawGarbage bool
 	for _, r := range dlt {
-		h := headers(r)
+		h := testenv.Headers(r)
 		if h[pcon.HeaderOriginalTopic] != "like-events" || h[pcon.HeaderConsumerGroup] != "product-like-consumer" || h[pcon.HeaderError] == "" {
 			t.Errorf("dead letter lacks origin headers: %v", h)
 		}
@@ -250,49 +250,4 @@ func TestConsumersAggregate(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after shutdown")
 	}
-}
-
-func readAll(t *testing.T, brokers []string, topic string, want int) []*sarama.ConsumerMessage {
-	t.Helper()
-	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	parts, err := c.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chan *sarama.ConsumerMessage, 100)
-	for _, p := range parts {
-		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pc.Close()
-		go func() {
-			for m := range pc.Messages() {
-				out <- m
-			}
-		}()
-	}
-	var got []*sarama.ConsumerMessage
-	timeout := time.After(30 * time.Second)
-	for len(got) < want {
-		select {
-		case m := <-out:
-			got = append(got, m)
-		case <-timeout:
-			t.Fatalf("read %d records from %s, want %d", len(got), topic, want)
-		}
-	}
-	return got
-}
-
-func headers(m *sarama.ConsumerMessage) map[string]string {
-	h := map[string]string{}
-	for _, r := range m.Headers {
-		h[string(r.Key)] = string(r.Value)
-	}
-	return h
 }
