@@ -41,6 +41,7 @@ type options struct {
 	memoryRecords int
 	keys          int
 	maxInFlight   int
+	noopInFlight  int
 	memProfile    string
 	cpuProfile    string
 	mutexProfile  string
@@ -62,7 +63,8 @@ func run(out io.Writer, args []string) error {
 	fs.IntVar(&o.slowRecords, "slow-records", 6_000, "records for the sequential baselines with a sleeping handler")
 	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
 	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
-	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight for the sleeping handlers and the memory run")
+	fs.IntVar(&o.noopInFlight, "noop-max-in-flight", 128, "pcon MaxInFlight for the no-op handler")
 	fs.IntVar(&o.rounds, "rounds", 3, "runs of each side per scenario, alternating; the best of each is reported")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile taken at the memory scenario's peak to this file")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -106,7 +108,8 @@ func run(out io.Writer, args []string) error {
 	if err := b.produce("bench", need); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "pcon benchmark: Key mode, %d keys, 3 partitions, GOMAXPROCS=%d, MaxInFlight=%d\n\n", o.keys, runtime.GOMAXPROCS(0), o.maxInFlight)
+	fmt.Fprintf(out, "pcon benchmark: Key mode, %d keys, 3 partitions, GOMAXPROCS=%d, MaxInFlight=%d (no-op handler: %d)\n\n",
+		o.keys, runtime.GOMAXPROCS(0), o.maxInFlight, o.noopInFlight)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tpcon rec/s\tbaseline\tbaseline rec/s\tratio\ttarget\t")
 	for _, sc := range []struct {
@@ -199,10 +202,18 @@ func sleep(lat time.Duration) {
 
 // pcon measures records/s of a pcon consumer draining n records.
 func (b *bench) pcon(topic string, n int, lat time.Duration) (float64, error) {
+	// MaxInFlight is the concurrency a handler needs: thousands for
+	// millisecond handlers, but a no-op handler only needs to keep both
+	// cores busy, and more goroutines would only contend for the
+	// completion path.
+	inFlight := b.o.maxInFlight
+	if lat == 0 {
+		inFlight = b.o.noopInFlight
+	}
 	prog := newProgress(n)
 	c, err := pcon.New(pcon.Config{
 		Brokers: b.o.brokers, Group: b.group(), Topics: []string{topic},
-		Sarama: b.saramaConfig(), MaxInFlight: b.o.maxInFlight, RevokeGrace: time.Second,
+		Sarama: b.saramaConfig(), MaxInFlight: inFlight, RevokeGrace: time.Second,
 	}, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 		sleep(lat)
 		prog.add()
