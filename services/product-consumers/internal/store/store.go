@@ -130,17 +130,7 @@ func (s *Store) ApplyViews(ctx context.Context, views []View) (applied int, err 
 			counts[productOf[k]]++
 		}
 		applied = len(fresh)
-		ids := slices.Sorted(maps.Keys(counts))
-		n := make([]int64, len(ids))
-		for i, id := range ids {
-			n[i] = counts[id]
-		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO product_metrics AS m (product_id, view_count)
-			SELECT * FROM unnest($1::bigint[], $2::bigint[])
-			ON CONFLICT (product_id) DO UPDATE
-			SET view_count = m.view_count + EXCLUDED.view_count, updated_at = now()`, ids, n)
-		return err
+		return addToCounter(ctx, tx, viewCount, counts)
 	})
 	return applied, err
 }
@@ -224,20 +214,13 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res Likes
 		if err != nil {
 			return err
 		}
-		ids, d := make([]int64, 0, len(moved)), make([]int64, 0, len(moved))
 		for _, m := range moved {
 			res.Transitions += int(m.Transitions)
 			if m.Delta != 0 {
-				ids, d = append(ids, m.Product), append(d, m.Delta)
 				res.Delta[m.Product] = m.Delta
 			}
 		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO product_metrics AS m (product_id, like_count)
-			SELECT * FROM unnest($1::bigint[], $2::bigint[])
-			ON CONFLICT (product_id) DO UPDATE
-			SET like_count = m.like_count + EXCLUDED.like_count, updated_at = now()`, ids, d)
-		return err
+		return addToCounter(ctx, tx, likeCount, res.Delta)
 	})
 	return res, err
 }
@@ -266,6 +249,31 @@ func (s *Store) PurgeHandled(ctx context.Context, maxAge time.Duration, chunk in
 			return total, nil
 		}
 	}
+}
+
+// counter is a product_metrics column that addToCounter may add to.
+type counter string
+
+const (
+	viewCount counter = "view_count"
+	likeCount counter = "like_count"
+)
+
+// addToCounter adds delta[product] to column for each product, creating
+// missing rows. Rows are upserted in product id order, the order every
+// metrics writer uses, so concurrent writers cannot deadlock.
+func addToCounter(ctx context.Context, tx pgx.Tx, column counter, delta map[int64]int64) error {
+	ids := slices.Sorted(maps.Keys(delta))
+	n := make([]int64, len(ids))
+	for i, id := range ids {
+		n[i] = delta[id]
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO product_metrics AS m (product_id, `+string(column)+`)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[])
+		ON CONFLICT (product_id) DO UPDATE
+		SET `+string(column)+` = m.`+string(column)+` + EXCLUDED.`+string(column)+`, updated_at = now()`, ids, n)
+	return err
 }
 
 // hashIDs folds product ids into the int4 space of two-key advisory locks,
