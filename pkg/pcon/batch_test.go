@@ -6,14 +6,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
-// TestBatchHandler runs the micro-batch engine end to end: key order across
-// batches, per-record failures through BatchError, a permanent failure to
-// the dead-letter topic, and everything committed.
+// TestBatchHandler runs the micro-batch engine end to end: key runs in a
+// batch in offset order, key order across batches, per-record failures
+// through BatchError (a key's later records of the batch run again after
+// the failed one), a permanent failure to the dead-letter topic, and
+// everything committed.
 func TestBatchHandler(t *testing.T) {
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(300))
@@ -31,31 +32,43 @@ func TestBatchHandler(t *testing.T) {
 	}
 	var mu sync.Mutex
 	failedOnce := map[[2]int64]bool{}
-	var biggest atomic.Int64
+	var biggest, longestRun atomic.Int64
 	cfg := e.config(group)
-	cfg.Batch = pcon.BatchConfig{MaxRecords: 64, MaxWait: 2 * time.Millisecond, Concurrency: 4}
+	cfg.Batch = pcon.BatchConfig{MaxRecords: 64, Concurrency: 4}
 	c, stop := start(t, cfg, pcon.BatchHandler(func(ctx context.Context, rs []*pcon.Record) error {
 		if n := int64(len(rs)); n > biggest.Load() {
 			biggest.Store(n)
 		}
-		keys := map[[2]string]bool{}
+		last := map[[2]string]int64{} // key -> offset of its previous record in this batch
+		run := map[[2]string]int64{}
+		broken := map[[2]string]bool{} // keys with a failed record in this batch
 		failed := map[int]error{}
 		for i, r := range rs {
 			k := [2]string{string(rune('0' + r.Partition)), string(r.Key)}
-			if keys[k] {
-				chk.violate("batch holds two records of key %q", r.Key)
+			if prev, ok := last[k]; ok && chk.prev[r.Partition][r.Offset] != prev {
+				chk.violate("batch holds p%d@%d of key %q after p%d@%d, not right after its previous record", r.Partition, r.Offset, r.Key, r.Partition, prev)
 			}
-			keys[k] = true
+			last[k] = r.Offset
+			if run[k]++; run[k] > longestRun.Load() {
+				longestRun.Store(run[k])
+			}
+			if broken[k] {
+				// What follows a failure of its key is not complete
+				// whatever this returns; a handler may skip it.
+				continue
+			}
 			chk.begin(r)
 			id := [2]int64{int64(r.Partition), r.Offset}
 			mu.Lock()
 			switch {
 			case doomed[id]:
 				failed[i] = pcon.Permanent(errors.New("doomed"))
+				broken[k] = true
 				chk.end(r)
 			case flaky[id] && !failedOnce[id]:
 				failedOnce[id] = true
 				failed[i] = errors.New("flaky")
+				broken[k] = true
 			default:
 				chk.end(r)
 			}
@@ -72,6 +85,9 @@ func TestBatchHandler(t *testing.T) {
 	checkClean(t, chk)
 	if biggest.Load() < 2 {
 		t.Errorf("largest batch %d: records were never batched", biggest.Load())
+	}
+	if longestRun.Load() < 2 {
+		t.Errorf("longest run of one key in a batch %d: key runs were never batched", longestRun.Load())
 	}
 	var processed, retried, dead uint64
 	for _, p := range stats.Partitions {

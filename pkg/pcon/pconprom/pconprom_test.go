@@ -19,7 +19,7 @@ func TestCollector(t *testing.T) {
 	src := fixed{
 		Group: "g", InFlight: 7, Capacity: 100,
 		Partitions: []pcon.PartitionStats{
-			{Topic: "t", Partition: 0, Assigned: true, Paused: true, HighWaterMark: 10, LogEnd: 25, TrueLag: 15,
+			{Topic: "t", Partition: 0, Assigned: true, Paused: true, Committable: 10, LogEnd: 25, TrueLag: 15,
 				GapSize: 4, Blocking: 10, BlockedFor: 2 * time.Second, Processed: 9, Retried: 2, DeadLettered: 1,
 				DLTFailures: 3, StaleDropped: 5, Skipped: 6},
 			{Topic: "t", Partition: 1, Blocking: -1, Processed: 1},

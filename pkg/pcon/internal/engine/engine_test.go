@@ -15,7 +15,7 @@ import (
 
 func TestPerRecordContract(t *testing.T) {
 	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine {
-		return engine.NewPerRecord(run, sink, capacity)
+		return engine.NewPerRecord(run, sink, capacity, 0)
 	})
 }
 
@@ -83,7 +83,7 @@ func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 		for _, c := range cs {
 			done <- c.Task.Offset
 		}
-	}, 3)
+	}, 3, 0)
 	if err := e.Submit(engine.Task{Offset: 0}); err != nil {
 		t.Fatal(err)
 	}
