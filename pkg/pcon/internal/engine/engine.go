@@ -55,7 +55,8 @@ type Sink func([]Completion)
 //
 //   - Submit never blocks on the work itself. It accepts all the tasks or
 //     none; every accepted task yields exactly one Completion, later,
-//     through the Sink.
+//     through the Sink. The Completions of one Runner call reach the Sink
+//     in one call.
 //   - InFlight counts accepted tasks whose Completion has not been
 //     delivered. It is informational: the control plane keeps its own count
 //     and never decides on this one.

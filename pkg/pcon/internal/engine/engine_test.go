@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -14,17 +15,21 @@ import (
 )
 
 func TestPerRecordContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine {
-		return engine.NewPerRecord(run, sink, capacity, 0)
-	})
+	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+		return engine.NewPerRecord(run, sink, capacity, timeout)
+	}, enginetest.Options{})
 }
 
 func TestBatchContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine {
-		return engine.NewBatch(run, sink, engine.BatchOptions{
-			MaxRecords: 7, MaxBytes: 1 << 20, MaxWait: time.Millisecond, Concurrency: 2,
+	for _, linger := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprintf("linger %v", linger), func(t *testing.T) {
+			enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+				return engine.NewBatch(run, sink, engine.BatchOptions{
+					MaxRecords: 7, MaxBytes: 1 << 20, MaxWait: linger, Concurrency: 2, Timeout: timeout,
+				})
+			}, enginetest.Options{Runs: true})
 		})
-	})
+	}
 }
 
 func TestBatchLimits(t *testing.T) {
