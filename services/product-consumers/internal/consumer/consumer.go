@@ -156,16 +156,27 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 }
 
 // decodeBatch decodes every record of a batch; those that fail are reported
-// by index in failed, the others returned with their index.
+// by index in failed, the others returned with their index. A batch holds
+// runs of a product's records in order; once one of a product's records
+// failed, pcon runs the product's later records of the batch again after
+// it, so they are left out here instead of being applied twice.
 func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) bool) (ok []events.Message, failed map[int]error) {
 	failed = map[int]error{}
+	var broken map[string]bool // record keys with a failed record in this batch
 	for i, r := range rs {
+		if broken[string(r.Key)] {
+			continue
+		}
 		msg, err := h.decode(ctx, r)
 		if err == nil && !accept(msg) {
 			err = unexpected(msg)
 		}
 		if err != nil {
 			failed[i] = err
+			if broken == nil {
+				broken = map[string]bool{}
+			}
+			broken[string(r.Key)] = true
 			continue
 		}
 		ok = append(ok, msg)
