@@ -150,6 +150,11 @@ type BatchConfig struct {
 	MaxWait time.Duration
 	// Concurrency is how many batches run at once. Default 4.
 	Concurrency int
+	// MaxRun is how many records of one key a batch may hold (in
+	// PartitionOrder, of one partition). Default MaxRecords; 1 gives one
+	// record per key per batch, for a handler that cannot take a key's
+	// records together.
+	MaxRun int
 }
 
 // Overflow says what happens to a record that finds its key's queue full
@@ -251,6 +256,7 @@ func (c Config) Validate() error {
 		"Batch.MaxBytes":    int64(c.Batch.MaxBytes),
 		"Batch.MaxWait":     int64(c.Batch.MaxWait),
 		"Batch.Concurrency": int64(c.Batch.Concurrency),
+		"Batch.MaxRun":      int64(c.Batch.MaxRun),
 	}
 	// Sorted so that the joined error reads the same every time.
 	for _, f := range slices.Sorted(maps.Keys(nonNegative)) {
@@ -312,6 +318,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.Batch.MaxRecords, 100)
 	setDefault(&c.Batch.MaxBytes, 1<<20)
 	setDefault(&c.Batch.Concurrency, 4)
+	setDefault(&c.Batch.MaxRun, c.Batch.MaxRecords)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -132,7 +132,7 @@ func TestDefaults(t *testing.T) {
 	want := map[string]any{
 		"MaxInFlight": 1000, "MaxAttempts": 3, "Backoff": time.Second,
 		"DLTSuffix": ".DLT", "CommitInterval": time.Second, "RevokeGrace": 5 * time.Second,
-		"Batch":            BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 0, Concurrency: 4},
+		"Batch":            BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 0, Concurrency: 4, MaxRun: 100},
 		"KeyQueueCapacity": 250, "KeyOverflow": Block, "HandlerTimeout": time.Duration(0),
 		"AutoCommit": false, "caller's sarama config untouched": true,
 	}

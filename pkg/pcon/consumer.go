@@ -100,7 +100,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if _, ok := h.(BatchHandler); ok {
 		// A batch may hold a key's run of records; a run never exceeds
 		// one batch.
-		cc.MaxRun, cc.MaxRunBytes = cfg.Batch.MaxRecords, cfg.Batch.MaxBytes
+		cc.MaxRun, cc.MaxRunBytes = min(cfg.Batch.MaxRun, cfg.Batch.MaxRecords), cfg.Batch.MaxBytes
 	}
 	c.core = core.New(cc, core.Deps{
 		Submit:     func(ts ...engine.Task) error { return c.engine.Submit(ts...) },
