@@ -3,6 +3,7 @@ package pcon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,5 +101,54 @@ func TestBatchHandler(t *testing.T) {
 	}
 	if d := e.dltRecords(1); len(d) != 1 {
 		t.Errorf("dead letters: %d", len(d))
+	}
+}
+
+// TestPoisonIsolatedFromBatchMates: a handler that can only say "this batch
+// failed, permanently" (one transaction, one bad row) costs its batch-mates
+// one attempt: they are retried alone and succeed, and only the poison
+// record reaches the dead-letter topic.
+func TestPoisonIsolatedFromBatchMates(t *testing.T) {
+	e := newEnv(t)
+	recs := e.produce(3000, keyMod(50))
+	poison := recs[1234]
+	const group = "poison-isolation"
+	var handled sync.Map
+	cfg := e.config(group)
+	cfg.MaxAttempts = 2
+	c, stop := start(t, cfg, pcon.BatchHandler(func(ctx context.Context, rs []*pcon.Record) error {
+		for _, r := range rs {
+			if r.Partition == poison.Partition && r.Offset == poison.Offset {
+				return pcon.Permanent(errors.New("bad row"))
+			}
+		}
+		for _, r := range rs {
+			handled.Store([2]int64{int64(r.Partition), r.Offset}, true)
+		}
+		return nil
+	}))
+	e.waitCommitted(group, endOffsets(recs))
+	stats := c.Stats()
+	stop()
+	var dead uint64
+	for _, p := range stats.Partitions {
+		dead += p.DeadLettered
+	}
+	if dead != 1 {
+		t.Errorf("dead-lettered %d records, want only the poison one", dead)
+	}
+	for _, r := range recs {
+		_, ok := handled.Load([2]int64{int64(r.Partition), r.Offset})
+		if isPoison := r == poison; ok == isPoison {
+			t.Errorf("p%d@%d handled %v, poison %v", r.Partition, r.Offset, ok, isPoison)
+		}
+	}
+	d := e.dltRecords(1)
+	if len(d) != 1 {
+		t.Fatalf("%d dead letters, want the poison record alone", len(d))
+	}
+	h := headerMap(d[0])
+	if got, want := h[pcon.HeaderOriginalPartition]+"@"+h[pcon.HeaderOriginalOffset], fmt.Sprintf("%d@%d", poison.Partition, poison.Offset); got != want {
+		t.Errorf("dead letter is p%s, want the poison record p%s", got, want)
 	}
 }

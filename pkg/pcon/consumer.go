@@ -161,6 +161,11 @@ func batchRunner(h BatchHandler) engine.Runner {
 		errs := make([]error, len(ts))
 		var be *BatchError
 		if !errors.As(err, &be) {
+			if len(ts) > 1 && isPermanent(err) {
+				// Nothing says which record made the batch fail: try
+				// each alone (retries run alone) before giving up on any.
+				err = &unattributed{err}
+			}
 			for i := range errs {
 				errs[i] = err
 			}
@@ -174,6 +179,13 @@ func batchRunner(h BatchHandler) engine.Runner {
 		return errs
 	}
 }
+
+// unattributed is a batch's Permanent error that names no record: its
+// records are retried, alone, rather than all dead-lettered. It keeps the
+// message but hides the Permanent mark.
+type unattributed struct{ err error }
+
+func (e *unattributed) Error() string { return "batch failed: " + e.err.Error() }
 
 // Run joins the group and consumes until ctx ends, Close is called, or a
 // fatal error occurs, which it returns. On the way out every partition is

@@ -51,15 +51,21 @@ type RecordHandler func(ctx context.Context, r *Record) error
 //   - nil: every record succeeded;
 //   - a *BatchError: the records it names failed with their errors, all
 //     others succeeded, except as below;
-//   - any other error, or a panic: every record of the batch failed.
+//   - any other error, or a panic: every record of the batch failed. Such
+//     an error names no record, so even if Permanent it only fails the
+//     attempt (of a batch of more than one record): the records are
+//     retried.
 //
 // When record i fails, the records of the same key after i in the batch are
 // not complete either, whatever was returned for them: they run again, in
 // order, after i has succeeded or been dead-lettered. A handler may skip
-// them once i failed. Records of other keys are unaffected. Failed records
-// are retried alone, each holding only its own key, with its own attempt
-// count. Permanent, on the batch error or on one record's error, skips the
-// retries.
+// them once i failed. Records of other keys are unaffected.
+//
+// A failed record is retried in a batch of its own, holding only its own
+// key, with its own attempt count: a poison record that fails its whole
+// batch is isolated on the retry, and only it reaches the dead-letter
+// topic. Permanent on one record's error (in a BatchError, or on the error
+// of a batch of one record) skips the retries.
 type BatchHandler func(ctx context.Context, rs []*Record) error
 
 func (RecordHandler) engineKind() string { return "record" }

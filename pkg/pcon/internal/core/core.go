@@ -388,6 +388,7 @@ func (c *Core) emitLocked(it *item, follows bool) {
 	}
 	t := taskOf(it)
 	t.Follows = follows
+	t.Alone = it.attempts > 1 // a retry: see engine.Task.Alone
 	c.outbox = append(c.outbox, t)
 	p := it.p
 	p.queued--

@@ -149,6 +149,9 @@ func TestRunPartialFailure(t *testing.T) {
 	if diff := cmp.Diff([]dispatched{{2, false}}, describe(retry)); diff != "" {
 		t.Fatalf("retry runs alone (-want +got):\n%s", diff)
 	}
+	if !retry[0].Alone || first[0].Alone {
+		t.Fatalf("a retry must ask for a batch of its own (Alone %v), a first attempt must not (%v)", retry[0].Alone, first[0].Alone)
+	}
 	h.c.Complete(completions(retry, nil))
 	again := h.take()
 	if diff := cmp.Diff([]dispatched{{3, false}, {4, true}}, describe(again)); diff != "" {

@@ -103,7 +103,8 @@ func (e *Batch) work(b []Task) {
 
 // takeLocked detaches the next batch from the pending tasks, or returns nil
 // when there is none to start now. A batch ends before the run that would
-// take it past MaxRecords or MaxBytes; the first run always fits whole.
+// take it past MaxRecords or MaxBytes (the first run always fits whole) and
+// before a task that must run alone, which gets a batch of its own.
 func (e *Batch) takeLocked() []Task {
 	n := e.pending.len()
 	if n == 0 {
@@ -114,6 +115,12 @@ func (e *Batch) takeLocked() []Task {
 	}
 	end, bytes := 0, 0
 	for end < n {
+		if e.pending.at(end).Alone {
+			if end == 0 {
+				end = 1
+			}
+			break
+		}
 		runEnd, runBytes := end+1, e.pending.at(end).Size
 		for runEnd < n && e.pending.at(runEnd).Follows {
 			runBytes += e.pending.at(runEnd).Size

@@ -31,6 +31,11 @@ type Task struct {
 	// order. The control plane uses it for a key's run of records, which
 	// must never be split across batches running at the same time.
 	Follows bool
+	// Alone asks a batch engine to run the task in a batch of its own. The
+	// control plane sets it on retries, so that a record that failed its
+	// batch is tried without its batch-mates: a poison record then fails
+	// alone, and the others succeed.
+	Alone bool
 }
 
 // Completion reports the outcome of one Task.

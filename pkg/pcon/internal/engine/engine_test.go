@@ -113,3 +113,34 @@ func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBatchAlone: a task marked Alone gets a batch of its own, wherever it
+// stands among the pending tasks.
+func TestBatchAlone(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]int64
+	run := func(_ context.Context, ts []engine.Task) []error {
+		b := make([]int64, len(ts))
+		for i, tk := range ts {
+			b[i] = tk.Offset
+		}
+		mu.Lock()
+		got = append(got, b)
+		mu.Unlock()
+		return nil
+	}
+	e := engine.NewBatch(run, func([]engine.Completion) {}, engine.BatchOptions{MaxRecords: 10, MaxBytes: 1000, MaxWait: time.Hour, Concurrency: 1})
+	alone := map[int64]bool{2: true, 3: true, 6: true}
+	for i := range int64(8) {
+		if err := e.Submit(engine.Task{Offset: i, Size: 1, Alone: alone[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{{0, 1}, {2}, {3}, {4, 5}, {6}, {7}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("batches (-want +got):\n%s", diff)
+	}
+}
