@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg)
+	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func TestLoadConfig(t *testing.T) {
 		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
 		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
 		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
+		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
 		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
 		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
 		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
@@ -61,7 +62,7 @@ func TestLoadConfig(t *testing.T) {
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
-					InstanceID: hostname, HandlerTimeout: 30 * time.Second}
+					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour}
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
 				}

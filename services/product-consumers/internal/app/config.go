@@ -22,6 +22,7 @@ type Config struct {
 	MaxAttempts      int
 	RetryBackoff     time.Duration
 	HandledRetention time.Duration
+	HorizonMargin    time.Duration
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
@@ -43,9 +44,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		MaxAttempts:      l.PositiveInt("CONSUMER_MAX_ATTEMPTS", 3),
 		RetryBackoff:     l.Duration("CONSUMER_RETRY_BACKOFF", time.Second),
 		HandledRetention: l.Duration("EVENT_HANDLED_RETENTION", 7*24*time.Hour),
+		HorizonMargin:    l.Duration("EVENT_HORIZON_MARGIN", time.Hour),
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
 		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
 		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+	}
+	if c.HorizonMargin >= c.HandledRetention {
+		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)

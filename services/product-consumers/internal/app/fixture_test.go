@@ -81,8 +81,14 @@ func (f *fixture) event(t *testing.T) func(ev any) events.Record {
 // message encodes rec as the relay would, with the next sequence.
 func (f *fixture) message(t *testing.T, topic string, rec events.Record, id string) *sarama.ProducerMessage {
 	t.Helper()
+	return f.messageAt(t, topic, rec, id, time.Now())
+}
+
+// messageAt is message for an event that happened at at.
+func (f *fixture) messageAt(t *testing.T, topic string, rec events.Record, id string, at time.Time) *sarama.ProducerMessage {
+	t.Helper()
 	f.seq++
-	ce, err := f.reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: time.Now(), Sequence: f.seq, Record: rec})
+	ce, err := f.reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: at, Sequence: f.seq, Record: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
