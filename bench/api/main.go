@@ -29,10 +29,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -215,8 +215,11 @@ func newDirect(ctx context.Context, o options) (*side, error) {
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-				VALUES ($1, $2, $3, $4, $5, $6)`, uuid.NewString(), rec.Type, "commerce-api", rec.AggregateType, rec.AggregateID, string(rec.Data))
+			e, err := outbox.NewEntry("commerce-api", rec)
+			if err != nil {
+				return err
+			}
+			_, err = outbox.Insert(ctx, tx.QueryRow, e)
 			return err
 		})
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -132,6 +133,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 type payload struct {
 	eventID string
 	rec     events.Record
+}
+
+// source is the CloudEvents source of the benchmark's events, as if
+// commerce-api had written them.
+const source = "commerce-api"
+
+func (p payload) entry() outbox.Entry {
+	return outbox.Entry{EventID: p.eventID, Source: source, Record: p.rec}
 }
 
 func makePayloads(reg *events.Registry, n int) ([]payload, error) {
@@ -243,7 +252,7 @@ func mapAll(ctx context.Context, reg *events.Registry, payloads []payload) ([]*s
 					errs[w] = err
 					return
 				}
-				ce, err := reg.ToCloudEvent(events.Envelope{ID: p.eventID, Source: "commerce-api", Time: now, Sequence: int64(i + 1), Record: p.rec})
+				ce, err := reg.ToCloudEvent(events.Envelope{ID: p.eventID, Source: source, Time: now, Sequence: int64(i + 1), Record: p.rec})
 				if err != nil {
 					errs[w] = err
 					return
@@ -385,11 +394,9 @@ func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o opti
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"},
-		[]string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload"},
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, outbox.Columns,
 		pgx.CopyFromSlice(len(payloads), func(i int) ([]any, error) {
-			p := payloads[i]
-			return []any{p.eventID, p.rec.Type, "commerce-api", p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data)}, nil
+			return payloads[i].entry().Values(), nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("fill the outbox: %w", err)
@@ -502,9 +509,7 @@ func latencyRun(ctx context.Context, reg *events.Registry, bin, dir string, o op
 			return latency{}, ctx.Err()
 		case <-tick.C:
 		}
-		_, err := b.pool.Exec(ctx, `
-			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-			VALUES ($1, $2, 'commerce-api', $3, $4, $5)`, p.eventID, p.rec.Type, p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data))
+		_, err := outbox.Insert(ctx, b.pool.QueryRow, p.entry())
 		now := time.Now()
 		if err != nil {
 			return latency{}, err

@@ -40,7 +40,7 @@ func run(ctx context.Context, logger *slog.Logger, lookup func(string) (string, 
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		return err
 	}

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // Config is every setting of the relay, read from the environment.
 type Config struct {
 	DatabaseURL   string        // DATABASE_URL
+	DB            pg.Options    // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
 	Brokers       []string      // KAFKA_BROKERS, comma-separated
 	AdminAddr     string        // ADMIN_ADDR: /healthz, /readyz, /metrics
 	NodeID        string        // OUTBOX_RELAY_NODE_ID: the lease owner; hostname-pid by default
@@ -30,6 +32,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	l := config.New(lookup)
 	c := Config{
 		DatabaseURL:   l.URL("DATABASE_URL", "postgres", "postgresql"),
+		DB:            pg.LoadOptions(l, 4),
 		Brokers:       brokers(l),
 		AdminAddr:     l.String("ADMIN_ADDR", ":8081"),
 		NodeID:        l.String("OUTBOX_RELAY_NODE_ID", defaultNodeID()),

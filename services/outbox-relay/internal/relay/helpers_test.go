@@ -76,7 +76,7 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	})
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		t.Fatal(err)
 	}

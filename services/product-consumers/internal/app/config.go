@@ -4,13 +4,14 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 )
 
 // Config is product-consumers' configuration, read from the environment.
 type Config struct {
 	DatabaseURL      string
-	DBMaxConns       int
+	DB               pg.Options // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
 	KafkaBrokers     []string
 	RedisURL         string
 	AdminAddr        string
@@ -30,7 +31,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	l := config.New(lookup)
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
-		DBMaxConns:       l.PositiveInt("DB_MAX_CONNS", 16),
+		DB:               pg.LoadOptions(l, 16),
 		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
 		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),

@@ -30,6 +30,16 @@ const (
 // Names lists every consumer, in the order CONSUMERS documents.
 var Names = []string{Like, Order, View, Stock}
 
+// The consumer group of each consumer, defined here only. A group's name is
+// part of the idempotency key of every event it handles (see
+// idempotencyKey): renaming a group makes redelivered events apply twice.
+const (
+	LikeGroup  = "product-like-consumer"
+	OrderGroup = "product-order-consumer"
+	ViewGroup  = "product-view-consumer"
+	StockGroup = "product-stock-consumer"
+)
+
 // Spec is what a consumer group needs: its group, its topic and its handler.
 type Spec struct {
 	Name    string
@@ -69,13 +79,13 @@ func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger
 func (h *Handlers) Spec(name string) (Spec, error) {
 	switch name {
 	case Like:
-		return Spec{name, "product-like-consumer", "like-events", pcon.BatchHandler(h.likes)}, nil
+		return Spec{name, LikeGroup, "like-events", pcon.BatchHandler(h.likes)}, nil
 	case Order:
-		return Spec{name, "product-order-consumer", "order-events", pcon.RecordHandler(h.order)}, nil
+		return Spec{name, OrderGroup, "order-events", pcon.RecordHandler(h.order)}, nil
 	case View:
-		return Spec{name, "product-view-consumer", "product-events", pcon.BatchHandler(h.views)}, nil
+		return Spec{name, ViewGroup, "product-events", pcon.BatchHandler(h.views)}, nil
 	case Stock:
-		return Spec{name, "product-stock-consumer", "stock-events", pcon.RecordHandler(h.stock)}, nil
+		return Spec{name, StockGroup, "stock-events", pcon.RecordHandler(h.stock)}, nil
 	}
 	return Spec{}, fmt.Errorf("unknown consumer %q", name)
 }
@@ -109,10 +119,10 @@ func unexpected(msg events.Message) error {
 	return pcon.Permanent(fmt.Errorf("event %s: type %s does not belong on this topic: %w", msg.ID, msg.Type, events.ErrUnknownType))
 }
 
+// idempotencyKey is the event_handled key of msg handled by group.
 func idempotencyKey(group string, msg events.Message) string { return group + ":" + msg.ID }
 
 func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
-	const group = "product-order-consumer"
 	msg, err := h.decode(ctx, r)
 	if err != nil {
 		return err
@@ -125,7 +135,7 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	for i, it := range paid.Items {
 		sales[i] = store.Sale{ProductID: it.ProductID, Quantity: it.Quantity, Amount: it.Quantity * it.UnitPrice}
 	}
-	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(group, msg), sales)
+	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(OrderGroup, msg), sales)
 	if err != nil {
 		return err
 	}
@@ -181,14 +191,13 @@ func batchResult(failed map[int]error) error {
 }
 
 func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
-	const group = "product-view-consumer"
 	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
 		_, ok := m.Event.(events.ProductViewedV1)
 		return ok
 	})
 	views := make([]store.View, len(msgs))
 	for i, m := range msgs {
-		views[i] = store.View{IdempotencyKey: idempotencyKey(group, m), ProductID: m.Event.(events.ProductViewedV1).ProductID}
+		views[i] = store.View{IdempotencyKey: idempotencyKey(ViewGroup, m), ProductID: m.Event.(events.ProductViewedV1).ProductID}
 	}
 	if len(views) > 0 {
 		applied, err := h.store.ApplyViews(ctx, views)
