@@ -127,3 +127,18 @@ func (db *DB) Purge(ctx context.Context, stmt string, chunk int, args ...any) (i
 		}
 	}
 }
+
+// LockNamespace is the first key of a two-key advisory lock, or the key of a
+// one-key lock. Each purpose has its own, so that advisory locks taken for
+// different reasons never wait on each other.
+type LockNamespace int32
+
+// The advisory lock namespaces in use.
+const (
+	// TemplateLock (one key) serialises test processes migrating the
+	// template database they clone.
+	TemplateLock LockNamespace = 727274
+	// LikeStateLock (two keys; the second is the product id folded to
+	// int4) serialises product-consumers' like-state updates per product.
+	LikeStateLock LockNamespace = 727275
+)

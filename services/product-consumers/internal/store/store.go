@@ -159,7 +159,8 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res Likes
 		// handle the same product. Serialising per product makes the state read
 		// below the one the update replaces, including for rows not yet there
 		// (which a row lock cannot cover). Sorted ids cannot deadlock.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(727275, id::int4) FROM unnest($1::bigint[]) AS id`, hashIDs(productIDs)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2::int4, id::int4) FROM unnest($1::bigint[]) AS id`,
+			hashIDs(productIDs), int32(pg.LikeStateLock)); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
