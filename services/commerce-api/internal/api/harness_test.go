@@ -74,7 +74,7 @@ func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 		Store:   st,
 		Logger:  slog.New(slog.DiscardHandler),
 		Metrics: prometheus.NewRegistry(),
-		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Checks:  map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 	}
 	for _, f := range with {
 		f(&deps)

@@ -30,7 +30,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		Store:   st,
 		Logger:  logger,
 		Metrics: reg,
-		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Checks:  map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)

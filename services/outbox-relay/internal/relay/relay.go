@@ -323,7 +323,7 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 		switch {
 		case err == nil:
 			published++
-		case publisher.Permanent(err):
+		case publisher.Unpublishable(err):
 			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, "error", err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
 		case b.Now.Sub(row.CreatedAt) > r.cfg.MaxAge:

@@ -66,7 +66,7 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
-		"postgres": s.store.Ping,
+		httpserver.DatabaseCheck: s.store.Ping,
 		"kafka":    s.pub.Ping,
 	})
 	return mux
