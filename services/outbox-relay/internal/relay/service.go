@@ -67,7 +67,7 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
 		httpserver.DatabaseCheck: s.store.Ping,
-		"kafka":    s.pub.Ping,
+		"kafka":                  s.pub.Ping,
 	})
 	return mux
 }

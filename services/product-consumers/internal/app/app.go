@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, reg, map[string]httpserver.Check{
 		httpserver.DatabaseCheck: st.Ping,
-		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"redis":                  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 	})
 
 	ctx, cancel := context.WithCancel(ctx)
