@@ -53,11 +53,11 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long each side runs")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients")
 	flag.IntVar(&o.products, "products", 100, "products the clients like and unlike at random")
-	flag.IntVar(&o.pool, "pool", 32, "database connections, for the service (DB_POOL_SIZE) and the direct pool alike")
+	flag.IntVar(&o.pool, "pool", 32, "database connections, for the service (DB_MAX_CONNS) and the direct pool alike")
 	flag.IntVar(&o.rounds, "rounds", 5, "the sides take turns this many times, so that a change in the machine's load hits both alike")
 	flag.Parse()
 	if err := run(ctx, logger, o); err != nil {
-		logger.Error("bench api failed", "err", err)
+		logger.Error("bench api failed", "error", err)
 		os.Exit(1)
 	}
 }
@@ -308,7 +308,7 @@ func startService(ctx context.Context, logger *slog.Logger, databaseURL string, 
 		return "", nil, err
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "DB_POOL_SIZE="+strconv.Itoa(pool), "REDIS_URL=")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "DB_MAX_CONNS="+strconv.Itoa(pool), "REDIS_URL=")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

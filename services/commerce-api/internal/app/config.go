@@ -21,7 +21,11 @@ type Config struct {
 // LoadConfig reads and validates the configuration; the error names every
 // variable that is wrong.
 func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	l := config.New(lookup)
+	return config.Parse(lookup, Load)
+}
+
+// Load reads the configuration through l, which collects the problems.
+func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:     l.URL("DATABASE_URL", "postgres", "postgresql"),
 		HTTPAddr:        l.String("HTTP_ADDR", ":8080"),
@@ -34,5 +38,5 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 			l.Fail("REDIS_URL", "must be a redis:// or rediss:// URL")
 		}
 	}
-	return c, l.Err()
+	return c
 }

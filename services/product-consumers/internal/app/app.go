@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
 		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
 		if err != nil {
-			logger.Error("purge event_handled failed", "err", err)
+			logger.Error("purge event_handled failed", "error", err)
 			return
 		}
 		if n > 0 {

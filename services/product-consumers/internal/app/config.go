@@ -28,7 +28,11 @@ type Config struct {
 // LoadConfig reads and validates the configuration; the error names every
 // invalid variable.
 func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	l := config.New(lookup)
+	return config.Parse(lookup, Load)
+}
+
+// Load reads the configuration through l, which collects the problems.
+func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:               pg.LoadOptions(l, 16),
@@ -47,5 +51,5 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
-	return c, l.Err()
+	return c
 }

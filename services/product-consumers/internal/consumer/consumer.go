@@ -140,7 +140,7 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 		return err
 	}
 	if !applied {
-		h.logger.Debug(fmt.Sprintf("Event already handled: type=%s, id=%s, action=skip", msg.Type, msg.ID), "type", msg.Type, "id", msg.ID)
+		h.logger.Debug("Event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
 		h.count(Order, "duplicate", 1)
 		return nil
 	}
