@@ -40,6 +40,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -348,20 +349,20 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 		_ = drop()
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	db, err := pg.Open(ctx, url, pg.Options{})
 	if err != nil {
 		cluster.Close()
 		_ = drop()
 		return nil, err
 	}
-	b := &bed{pool: pool, cluster: cluster}
+	b := &bed{pool: db.Pool, cluster: cluster}
 	b.close = func() {
 		if b.relay != nil {
 			if err := b.relay.stop(); err != nil {
 				fmt.Fprintln(os.Stderr, "bench/relay: stop relay:", err)
 			}
 		}
-		pool.Close()
+		db.Close()
 		cluster.Close()
 		_ = drop()
 	}
@@ -373,7 +374,7 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 	}
 	err = waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the relay to take the lease", func() (bool, error) {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
 		return n == 1, err
 	})
 	if err != nil {
