@@ -14,7 +14,8 @@ help: ## list the targets
 test: ## run every test (with -race) against real PostgreSQL, Redis and an in-process Kafka
 	@$(TESTENV) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-lint: ## go vet and staticcheck
+lint: ## go mod tidy is a no-op, go vet and staticcheck
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 

@@ -16,6 +16,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -142,15 +143,6 @@ func TestComposeConfiguration(t *testing.T) {
 	}
 }
 
-func programFile(name string) string {
-	for _, p := range programs {
-		if p.Name == name {
-			return p.File
-		}
-	}
-	return ""
-}
-
 // fromCluster stands for a value the cluster supplies at run time (a Secret,
 // the pod name): set, but not known here.
 const fromCluster = "\x00from the cluster"
@@ -158,8 +150,8 @@ const fromCluster = "\x00from the cluster"
 // checkEnv checks a program's environment against its configuration code.
 func checkEnv(t *testing.T, prog string, set map[string]string) {
 	t.Helper()
-	vars := map[string]envVar{}
-	for _, v := range readVars(t, programFile(prog)) {
+	vars := map[string]config.Var{}
+	for _, v := range programVars(t, prog) {
 		vars[v.Name] = v
 	}
 	for name, value := range set {
@@ -183,12 +175,12 @@ func checkEnv(t *testing.T, prog string, set map[string]string) {
 }
 
 // checkValue applies the checks of internal/config to value.
-func checkValue(v envVar, value string) string {
+func checkValue(v config.Var, value string) string {
 	switch v.Kind {
 	case "URL":
 		u, err := url.Parse(value)
-		if err != nil || u.Host == "" || !slices.Contains(v.Schemes, u.Scheme) {
-			return "want a URL with scheme " + strings.Join(v.Schemes, " or ")
+		if err != nil || u.Host == "" || !slices.Contains(v.Allowed, u.Scheme) {
+			return "want a URL with scheme " + strings.Join(v.Allowed, " or ")
 		}
 	case "Duration":
 		if d, err := time.ParseDuration(value); err != nil || d <= 0 {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // docRow is one variable of docs/configuration.md.
@@ -68,29 +70,20 @@ func firstCode(cell string) string {
 func TestConfigurationDocument(t *testing.T) {
 	doc := readDoc(t)
 	for _, p := range programs {
-		t.Run(p.Name, func(t *testing.T) {
-			vars := readVars(t, p.File)
-			if len(vars) == 0 {
-				t.Fatalf("found no variable read in %s", p.File)
-			}
+		t.Run(p, func(t *testing.T) {
 			want := map[string]docRow{}
-			for _, v := range vars {
+			for _, v := range programVars(t, p) {
 				row := docRow{Required: v.Required, Default: v.Default}
-				if v.Kind == "Getenv" {
-					// os.Getenv says nothing of required; the start-up
-					// test checks it on the binary.
-					row.Required = doc[p.Name][v.Name].Required
-				}
 				if v.Kind == "Duration" {
 					// The document writes 168h for 168h0m0s: compare values.
-					if d, err := time.ParseDuration(doc[p.Name][v.Name].Default); err == nil && d.String() == v.Default {
-						row.Default = doc[p.Name][v.Name].Default
+					if d, err := time.ParseDuration(doc[p][v.Name].Default); err == nil && d.String() == v.Default {
+						row.Default = doc[p][v.Name].Default
 					}
 				}
 				want[v.Name] = row
 			}
-			if diff := cmpDiff(want, doc[p.Name]); diff != "" {
-				t.Errorf("docs/configuration.md section %q differs from %s (-code +document):\n%s", p.Name, p.File, diff)
+			if diff := cmpDiff(want, doc[p]); diff != "" {
+				t.Errorf("docs/configuration.md section %q differs from what %s %s reports (-code +document):\n%s", p, p, service.ConfigVarsFlag, diff)
 			}
 		})
 	}
@@ -102,10 +95,10 @@ func TestConfigurationDocument(t *testing.T) {
 func TestRequiredAtStartup(t *testing.T) {
 	doc := readDoc(t)
 	for _, p := range programs {
-		t.Run(p.Name, func(t *testing.T) {
+		t.Run(p, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, binary(t, p.Name))
+			cmd := exec.CommandContext(ctx, binary(t, p))
 			cmd.Env = []string{"PATH=/usr/bin:/bin"}
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
@@ -113,7 +106,7 @@ func TestRequiredAtStartup(t *testing.T) {
 			if _, exited := err.(*exec.ExitError); !exited {
 				t.Fatalf("want a start-up failure, got err=%v; output:\n%s", err, out.String())
 			}
-			for name, row := range doc[p.Name] {
+			for name, row := range doc[p] {
 				said := strings.Contains(out.String(), name)
 				if row.Required && !said {
 					t.Errorf("%s is documented as required but the start-up error does not name it:\n%s", name, out.String())

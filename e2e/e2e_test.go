@@ -25,6 +25,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -388,9 +389,9 @@ func TestPoisonEvent(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	poisonID := uuid.NewString()
-	if _, err := conn.Exec(ctx, `
-		INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-		VALUES ($1, 'loopers.product.exploded.v1', 'e2e', 'Product', $2, '{}')`, poisonID, strconv.FormatInt(p.ID, 10)); err != nil {
+	poison := outbox.Entry{EventID: poisonID, Source: "e2e", Record: events.Record{
+		Type: "loopers.product.exploded.v1", AggregateType: "Product", AggregateID: strconv.FormatInt(p.ID, 10), Data: []byte("{}")}}
+	if _, err := outbox.Insert(ctx, conn.QueryRow, poison); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

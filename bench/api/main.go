@@ -29,10 +29,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -53,11 +53,11 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long each side runs")
 	flag.IntVar(&o.clients, "clients", 32, "concurrent clients")
 	flag.IntVar(&o.products, "products", 100, "products the clients like and unlike at random")
-	flag.IntVar(&o.pool, "pool", 32, "database connections, for the service (DB_POOL_SIZE) and the direct pool alike")
+	flag.IntVar(&o.pool, "pool", 32, "database connections, for the service (DB_MAX_CONNS) and the direct pool alike")
 	flag.IntVar(&o.rounds, "rounds", 5, "the sides take turns this many times, so that a change in the machine's load hits both alike")
 	flag.Parse()
 	if err := run(ctx, logger, o); err != nil {
-		logger.Error("bench api failed", "err", err)
+		logger.Error("bench api failed", "error", err)
 		os.Exit(1)
 	}
 }
@@ -215,8 +215,11 @@ func newDirect(ctx context.Context, o options) (*side, error) {
 			if err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-				VALUES ($1, $2, $3, $4, $5, $6)`, uuid.NewString(), rec.Type, "commerce-api", rec.AggregateType, rec.AggregateID, string(rec.Data))
+			e, err := outbox.NewEntry("commerce-api", rec)
+			if err != nil {
+				return err
+			}
+			_, err = outbox.Insert(ctx, tx.QueryRow, e)
 			return err
 		})
 	}
@@ -305,7 +308,7 @@ func startService(ctx context.Context, logger *slog.Logger, databaseURL string, 
 		return "", nil, err
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "DB_POOL_SIZE="+strconv.Itoa(pool), "REDIS_URL=")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "DB_MAX_CONNS="+strconv.Itoa(pool), "REDIS_URL=")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

@@ -39,6 +39,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -132,6 +134,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 type payload struct {
 	eventID string
 	rec     events.Record
+}
+
+// source is the CloudEvents source of the benchmark's events, as if
+// commerce-api had written them.
+const source = "commerce-api"
+
+func (p payload) entry() outbox.Entry {
+	return outbox.Entry{EventID: p.eventID, Source: source, Record: p.rec}
 }
 
 func makePayloads(reg *events.Registry, n int) ([]payload, error) {
@@ -243,7 +253,7 @@ func mapAll(ctx context.Context, reg *events.Registry, payloads []payload) ([]*s
 					errs[w] = err
 					return
 				}
-				ce, err := reg.ToCloudEvent(events.Envelope{ID: p.eventID, Source: "commerce-api", Time: now, Sequence: int64(i + 1), Record: p.rec})
+				ce, err := reg.ToCloudEvent(events.Envelope{ID: p.eventID, Source: source, Time: now, Sequence: int64(i + 1), Record: p.rec})
 				if err != nil {
 					errs[w] = err
 					return
@@ -339,20 +349,20 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 		_ = drop()
 		return nil, err
 	}
-	pool, err := pgxpool.New(ctx, url)
+	db, err := pg.Open(ctx, url, pg.Options{})
 	if err != nil {
 		cluster.Close()
 		_ = drop()
 		return nil, err
 	}
-	b := &bed{pool: pool, cluster: cluster}
+	b := &bed{pool: db.Pool, cluster: cluster}
 	b.close = func() {
 		if b.relay != nil {
 			if err := b.relay.stop(); err != nil {
 				fmt.Fprintln(os.Stderr, "bench/relay: stop relay:", err)
 			}
 		}
-		pool.Close()
+		db.Close()
 		cluster.Close()
 		_ = drop()
 	}
@@ -364,7 +374,7 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 	}
 	err = waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the relay to take the lease", func() (bool, error) {
 		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
 		return n == 1, err
 	})
 	if err != nil {
@@ -385,11 +395,9 @@ func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o opti
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"},
-		[]string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload"},
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, outbox.Columns,
 		pgx.CopyFromSlice(len(payloads), func(i int) ([]any, error) {
-			p := payloads[i]
-			return []any{p.eventID, p.rec.Type, "commerce-api", p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data)}, nil
+			return payloads[i].entry().Values(), nil
 		}))
 	if err != nil {
 		return 0, fmt.Errorf("fill the outbox: %w", err)
@@ -502,9 +510,7 @@ func latencyRun(ctx context.Context, reg *events.Registry, bin, dir string, o op
 			return latency{}, ctx.Err()
 		case <-tick.C:
 		}
-		_, err := b.pool.Exec(ctx, `
-			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-			VALUES ($1, $2, 'commerce-api', $3, $4, $5)`, p.eventID, p.rec.Type, p.rec.AggregateType, p.rec.AggregateID, string(p.rec.Data))
+		_, err := outbox.Insert(ctx, b.pool.QueryRow, p.entry())
 		now := time.Now()
 		if err != nil {
 			return latency{}, err

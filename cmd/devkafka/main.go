@@ -10,22 +10,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx, logger, os.Args[1:]); err != nil {
-		logger.Error("devkafka failed", "err", err)
-		os.Exit(1)
-	}
+	service.Main("devkafka", service.NoConfig, func(ctx context.Context, _ struct{}, logger *slog.Logger) error {
+		return run(ctx, logger, os.Args[1:])
+	})
 }
 
 func run(ctx context.Context, logger *slog.Logger, args []string) error {

@@ -3,30 +3,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	if err := run(ctx); err != nil {
-		logger.Error("migrate failed", "err", err)
-		os.Exit(1)
-	}
-	logger.Info("migrations applied")
+	service.Main("migrate", load, func(ctx context.Context, databaseURL string, logger *slog.Logger) error {
+		if err := migrations.Up(ctx, databaseURL); err != nil {
+			return err
+		}
+		logger.Info("migrations applied")
+		return nil
+	})
 }
 
-func run(ctx context.Context) error {
-	url := os.Getenv("DATABASE_URL")
-	if url == "" {
-		return errors.New("DATABASE_URL is required")
-	}
-	return migrations.Up(ctx, url)
-}
+// load reads DATABASE_URL, the database to migrate.
+func load(l *config.Loader) string { return l.URL("DATABASE_URL", "postgres", "postgresql") }

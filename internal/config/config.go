@@ -13,11 +13,16 @@ import (
 	"time"
 )
 
-// Var describes one variable a Loader read.
+// Var describes one variable a Loader read: what a document or a manifest
+// needs to know of it.
 type Var struct {
 	Name     string
-	Default  string // "" when there is none
+	Kind     string // the Loader method that read it: String, Required, URL, Duration, PositiveInt, List
+	Default  string // as the variable would spell it; "" when there is none
 	Required bool
+	// Allowed lists the URL schemes (URL) or the items (List) accepted; empty
+	// when anything is.
+	Allowed []string `json:",omitempty"`
 }
 
 // Loader reads variables through a lookup function (os.LookupEnv in services,
@@ -49,8 +54,8 @@ func (l *Loader) Fail(name, format string, args ...any) {
 	l.errs = append(l.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
 }
 
-func (l *Loader) get(name, def string, required bool) (string, bool) {
-	l.vars = append(l.vars, Var{Name: name, Default: def, Required: required})
+func (l *Loader) get(kind, name, def string, required bool, allowed ...string) (string, bool) {
+	l.vars = append(l.vars, Var{Name: name, Kind: kind, Default: def, Required: required, Allowed: allowed})
 	v, ok := l.lookup(name)
 	v = strings.TrimSpace(v)
 	if !ok || v == "" {
@@ -64,20 +69,29 @@ func (l *Loader) get(name, def string, required bool) (string, bool) {
 
 // String returns the variable, or def when it is unset or empty.
 func (l *Loader) String(name, def string) string {
-	v, _ := l.get(name, def, false)
+	v, _ := l.get("String", name, def, false)
 	return v
+}
+
+// Computed returns the variable, or def() when it is unset or empty. The
+// default is only known at run time, so Vars reports it as describe.
+func (l *Loader) Computed(name, describe string, def func() string) string {
+	if v, ok := l.get("String", name, describe, false); ok {
+		return v
+	}
+	return def()
 }
 
 // Required returns the variable and records an error when it is unset.
 func (l *Loader) Required(name string) string {
-	v, _ := l.get(name, "", true)
+	v, _ := l.get("Required", name, "", true)
 	return v
 }
 
 // URL returns a required variable that must parse as a URL with one of the
 // given schemes.
 func (l *Loader) URL(name string, schemes ...string) string {
-	v, ok := l.get(name, "", true)
+	v, ok := l.get("URL", name, "", true, schemes...)
 	if !ok {
 		return v
 	}
@@ -97,7 +111,7 @@ func (l *Loader) URL(name string, schemes ...string) string {
 
 // Duration returns a positive duration such as "5s" or "1m30s".
 func (l *Loader) Duration(name string, def time.Duration) time.Duration {
-	v, ok := l.get(name, def.String(), false)
+	v, ok := l.get("Duration", name, def.String(), false)
 	if !ok {
 		return def
 	}
@@ -115,7 +129,7 @@ func (l *Loader) Duration(name string, def time.Duration) time.Duration {
 
 // PositiveInt returns an integer ≥ 1.
 func (l *Loader) PositiveInt(name string, def int) int {
-	v, ok := l.get(name, strconv.Itoa(def), false)
+	v, ok := l.get("PositiveInt", name, strconv.Itoa(def), false)
 	if !ok {
 		return def
 	}
@@ -135,7 +149,7 @@ func (l *Loader) PositiveInt(name string, def int) int {
 // def the variable is required. When allowed is non-empty every item must be
 // one of it.
 func (l *Loader) List(name string, def []string, allowed ...string) []string {
-	v, ok := l.get(name, strings.Join(def, ","), len(def) == 0)
+	v, ok := l.get("List", name, strings.Join(def, ","), len(def) == 0, allowed...)
 	if !ok {
 		return def
 	}
@@ -175,4 +189,16 @@ func redact(v string) string {
 		}
 	}
 	return v
+}
+
+// Parse reads a configuration with load through lookup and returns it, or
+// the zero value and every problem found.
+func Parse[C any](lookup func(string) (string, bool), load func(*Loader) C) (C, error) {
+	l := New(lookup)
+	c := load(l)
+	if err := l.Err(); err != nil {
+		var zero C
+		return zero, err
+	}
+	return c, nil
 }

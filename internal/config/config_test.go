@@ -83,7 +83,14 @@ func TestVarsRecordsWhatWasRead(t *testing.T) {
 	l.Required("A")
 	l.Duration("B", time.Second)
 	l.List("C", nil)
-	want := []config.Var{{Name: "A", Required: true}, {Name: "B", Default: "1s"}, {Name: "C", Required: true}}
+	l.URL("D", "postgres", "postgresql")
+	l.List("E", []string{"x"}, "x", "y")
+	l.Computed("F", "hostname()", func() string { return "h" })
+	l.PositiveInt("G", 3)
+	l.String("H", "h")
+	want := []config.Var{{Name: "A", Kind: "Required", Required: true}, {Name: "B", Kind: "Duration", Default: "1s"}, {Name: "C", Kind: "List", Required: true},
+		{Name: "D", Kind: "URL", Required: true, Allowed: []string{"postgres", "postgresql"}}, {Name: "E", Kind: "List", Default: "x", Allowed: []string{"x", "y"}},
+		{Name: "F", Kind: "String", Default: "hostname()"}, {Name: "G", Kind: "PositiveInt", Default: "3"}, {Name: "H", Kind: "String", Default: "h"}}
 	if diff := cmp.Diff(want, l.Vars()); diff != "" {
 		t.Errorf("Vars() mismatch (-want +got):\n%s", diff)
 	}

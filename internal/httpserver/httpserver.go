@@ -68,6 +68,9 @@ func Serve(ctx context.Context, logger *slog.Logger, srv *http.Server, ready cha
 // Check is a readiness probe: nil when the dependency is usable.
 type Check func(ctx context.Context) error
 
+// DatabaseCheck is the name of every service's PostgreSQL readiness check.
+const DatabaseCheck = "database"
+
 // Ops registers /healthz (the process is alive), /readyz (every check
 // passes) and /metrics (the registry's collectors) on mux.
 func Ops(mux interface {

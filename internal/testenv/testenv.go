@@ -30,6 +30,7 @@ import (
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 const localPostgres = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -166,10 +167,10 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		return "", err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(727274)`); err != nil {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(pg.TemplateLock)); err != nil {
 		return "", err
 	}
-	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(727274)`) //nolint:errcheck // closing the session releases it too
+	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(pg.TemplateLock)) //nolint:errcheck // closing the session releases it too
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return "", err

@@ -21,7 +21,7 @@
 // Reading it back (the consumer side):
 //
 //	msg, err := reg.FromCloudEvent(ce)
-//	if errors.Is(err, events.ErrPermanent) { /* dead-letter it, retrying cannot help */ }
+//	if errors.Is(err, events.ErrUnprocessable) { /* dead-letter it, retrying cannot help */ }
 //	switch ev := msg.Event.(type) {
 //	case events.LikeCreatedV1:
 //	}

@@ -31,7 +31,7 @@ func TestTopicOf(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := events.TopicOf(tc.typ)
 			if tc.wantErr {
-				if !errors.Is(err, events.ErrPermanent) {
+				if !errors.Is(err, events.ErrUnprocessable) {
 					t.Fatalf("TopicOf(%q) error = %v, want a permanent error", tc.typ, err)
 				}
 				return
@@ -148,7 +148,7 @@ func TestUnmarshalErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := reg.Unmarshal(tc.typ, []byte(tc.data))
-			if !errors.Is(err, tc.want) || !errors.Is(err, events.ErrPermanent) {
+			if !errors.Is(err, tc.want) || !errors.Is(err, events.ErrUnprocessable) {
 				t.Fatalf("Unmarshal error = %v, want %v (permanent)", err, tc.want)
 			}
 		})
@@ -185,7 +185,7 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
 		ev, err := reg.Unmarshal(typ, data)
 		if err != nil {
-			if !errors.Is(err, events.ErrPermanent) {
+			if !errors.Is(err, events.ErrUnprocessable) {
 				t.Fatalf("decode error %v is not permanent", err)
 			}
 			return

@@ -26,18 +26,18 @@ const (
 	ExtSequence      = "sequence"
 )
 
-// ErrPermanent marks an event that can never be processed, however often it is
+// ErrUnprocessable marks an event that can never be processed, however often it is
 // retried: its type is unknown or its data cannot be decoded. Consumers send
 // such events to the dead-letter topic at once.
-var ErrPermanent = errors.New("permanent event error")
+var ErrUnprocessable = errors.New("unprocessable event")
 
 // ErrUnknownType is returned for an event type the registry does not know. It
-// matches [ErrPermanent] with errors.Is.
-var ErrUnknownType = fmt.Errorf("unknown event type: %w", ErrPermanent)
+// matches [ErrUnprocessable] with errors.Is.
+var ErrUnknownType = fmt.Errorf("unknown event type: %w", ErrUnprocessable)
 
 // ErrBadData is returned for an event whose envelope or data is malformed or
-// invalid. It matches [ErrPermanent] with errors.Is.
-var ErrBadData = fmt.Errorf("bad event data: %w", ErrPermanent)
+// invalid. It matches [ErrUnprocessable] with errors.Is.
+var ErrBadData = fmt.Errorf("bad event data: %w", ErrUnprocessable)
 
 // Record is an event as an outbox stores it: everything needed to publish it
 // later, with the payload already encoded.
@@ -212,7 +212,7 @@ func (r *Registry) Marshal(ev any) (Record, error) {
 }
 
 // Unmarshal decodes data of the given event type into its domain event value.
-// Errors match [ErrPermanent].
+// Errors match [ErrUnprocessable].
 func (r *Registry) Unmarshal(eventType string, data []byte) (any, error) {
 	e, ok := r.byType[eventType]
 	if !ok {
@@ -244,7 +244,7 @@ func (r *Registry) ToCloudEvent(env Envelope) (cloudevents.Event, error) {
 
 // FromCloudEvent decodes a CloudEvent into a [Message]. An unknown type, a
 // missing extension or undecodable data returns an error matching
-// [ErrPermanent].
+// [ErrUnprocessable].
 func (r *Registry) FromCloudEvent(ce cloudevents.Event) (Message, error) {
 	if err := ce.Validate(); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrBadData, err)

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
 )
 
 // TestRunRefusesBadConfiguration: the process stops before touching anything
@@ -18,8 +19,9 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		"KAFKA_BROKERS":           "localhost:1",
 		"OUTBOX_RELAY_BATCH_SIZE": "-3",
 	}
-	err := run(context.Background(), slog.New(slog.NewJSONHandler(io.Discard, nil)), config.FromMap(env))
-	if err == nil || !strings.Contains(err.Error(), "OUTBOX_RELAY_BATCH_SIZE") {
-		t.Fatalf("run: %v, want an error naming OUTBOX_RELAY_BATCH_SIZE", err)
+	var stderr strings.Builder
+	code := service.Run(context.Background(), "outbox-relay", nil, config.FromMap(env), io.Discard, &stderr, relay.Load, run)
+	if code == 0 || !strings.Contains(stderr.String(), "OUTBOX_RELAY_BATCH_SIZE") {
+		t.Fatalf("exit %d, log %q; want a failure naming OUTBOX_RELAY_BATCH_SIZE", code, stderr.String())
 	}
 }

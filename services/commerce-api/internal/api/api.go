@@ -124,6 +124,6 @@ func (s *server) invalidate(ctx context.Context, ids ...int64) {
 		return
 	}
 	if err := s.cache.Delete(context.WithoutCancel(ctx), ids...); err != nil {
-		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, "err", err)
+		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, "error", err)
 	}
 }

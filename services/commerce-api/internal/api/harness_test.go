@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
@@ -64,7 +65,7 @@ type env struct {
 func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
-	st, err := store.Open(context.Background(), url, 16, events.NewRegistry())
+	st, err := store.Open(context.Background(), url, pg.Options{MaxConns: 16}, events.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 		Store:   st,
 		Logger:  slog.New(slog.DiscardHandler),
 		Metrics: prometheus.NewRegistry(),
-		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Checks:  map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 	}
 	for _, f := range with {
 		f(&deps)

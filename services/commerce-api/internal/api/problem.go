@@ -108,9 +108,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	switch {
 	case r.Context().Err() != nil:
 		// The client went away mid-request; nothing failed on our side.
-		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, "err", err)
+		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, "error", err)
 	case p.Status >= http.StatusInternalServerError:
-		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.WriteHeader(p.Status)

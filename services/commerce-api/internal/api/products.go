@@ -98,7 +98,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 	if s.cache != nil {
 		body, ok, err := s.cache.Get(ctx, id)
 		if err != nil {
-			s.log.WarnContext(ctx, "product cache read failed", "product", id, "err", err)
+			s.log.WarnContext(ctx, "product cache read failed", "product", id, "error", err)
 		}
 		if ok {
 			if err := s.st.RecordView(ctx, id, viewer); err != nil {
@@ -118,7 +118,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 	}
 	if s.cache != nil {
 		if err := s.cache.Set(ctx, id, body); err != nil {
-			s.log.WarnContext(ctx, "product cache write failed", "product", id, "err", err)
+			s.log.WarnContext(ctx, "product cache write failed", "product", id, "error", err)
 		}
 	}
 	writeBody(w, http.StatusOK, body)

@@ -19,7 +19,7 @@ import (
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
 // when not nil, receives the bound HTTP address.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DBPoolSize, events.NewRegistry())
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB, events.NewRegistry())
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		Store:   st,
 		Logger:  logger,
 		Metrics: reg,
-		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Checks:  map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)
@@ -44,6 +44,6 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
 	}
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbPoolSize", cfg.DBPoolSize, "cache", cfg.RedisURL != "")
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "")
 	return httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
@@ -17,7 +18,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	cfg := Config{
 		DatabaseURL:     testenv.DatabaseURL(t),
 		HTTPAddr:        "127.0.0.1:0",
-		DBPoolSize:      4,
+		DB:              pg.Options{MaxConns: 4},
 		RedisURL:        testenv.RedisURL(t),
 		ProductCacheTTL: time.Second,
 	}
@@ -50,7 +51,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 }
 
 func TestRunFailsWithoutDatabase(t *testing.T) {
-	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", DBPoolSize: 1, ProductCacheTTL: time.Second}
+	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", DB: pg.Options{MaxConns: 1}, ProductCacheTTL: time.Second}
 	if err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 		t.Error("Run with an unreachable database returned nil")
 	}

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // Config is commerce-api's configuration, read from the environment.
 type Config struct {
-	DatabaseURL string // DATABASE_URL, required
-	HTTPAddr    string // HTTP_ADDR, default :8080
-	DBPoolSize  int    // DB_POOL_SIZE, default 20: the most connections open at once
+	DatabaseURL string     // DATABASE_URL, required
+	HTTPAddr    string     // HTTP_ADDR, default :8080
+	DB          pg.Options // DB_MAX_CONNS (default 20), DB_STATEMENT_TIMEOUT
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
 	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
@@ -20,11 +21,15 @@ type Config struct {
 // LoadConfig reads and validates the configuration; the error names every
 // variable that is wrong.
 func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	l := config.New(lookup)
+	return config.Parse(lookup, Load)
+}
+
+// Load reads the configuration through l, which collects the problems.
+func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:     l.URL("DATABASE_URL", "postgres", "postgresql"),
 		HTTPAddr:        l.String("HTTP_ADDR", ":8080"),
-		DBPoolSize:      l.PositiveInt("DB_POOL_SIZE", 20),
+		DB:              pg.LoadOptions(l, 20),
 		RedisURL:        l.String("REDIS_URL", ""),
 		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
 	}
@@ -33,5 +38,5 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 			l.Fail("REDIS_URL", "must be a redis:// or rediss:// URL")
 		}
 	}
-	return c, l.Err()
+	return c
 }

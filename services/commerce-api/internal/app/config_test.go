@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -19,14 +20,14 @@ func TestLoadConfig(t *testing.T) {
 		wantErr []string // variables the error must name
 	}{
 		{"defaults", map[string]string{"DATABASE_URL": db},
-			Config{DatabaseURL: db, HTTPAddr: ":8080", DBPoolSize: 20, ProductCacheTTL: 30 * time.Second}, nil},
-		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "DB_POOL_SIZE": "64",
+			Config{DatabaseURL: db, HTTPAddr: ":8080", DB: pg.Options{MaxConns: 20, StatementTimeout: 30 * time.Second}, ProductCacheTTL: 30 * time.Second}, nil},
+		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "DB_MAX_CONNS": "64",
 			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s"},
-			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DBPoolSize: 64, RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second}, nil},
+			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DB: pg.Options{MaxConns: 64, StatementTimeout: 30 * time.Second}, RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second}, nil},
 		{"missing database", map[string]string{}, Config{}, []string{"DATABASE_URL"}},
-		{"every problem at once", map[string]string{"DATABASE_URL": "mysql://x/y", "DB_POOL_SIZE": "0",
+		{"every problem at once", map[string]string{"DATABASE_URL": "mysql://x/y", "DB_MAX_CONNS": "0",
 			"REDIS_URL": "localhost:6379", "PRODUCT_CACHE_TTL": "soon"}, Config{},
-			[]string{"DATABASE_URL", "DB_POOL_SIZE", "REDIS_URL", "PRODUCT_CACHE_TTL"}},
+			[]string{"DATABASE_URL", "DB_MAX_CONNS", "REDIS_URL", "PRODUCT_CACHE_TTL"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

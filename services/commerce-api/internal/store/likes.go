@@ -36,7 +36,7 @@ func (s *Store) Unlike(ctx context.Context, user string, product int64) (changed
 func (s *Store) setLike(ctx context.Context, product int64, change func(tx *Tx) (bool, error)) (bool, error) {
 	var changed bool
 	err := s.InTx(ctx, func(tx *Tx) error {
-		if err := tx.lockProduct(product, "FOR NO KEY UPDATE"); err != nil {
+		if err := tx.lockProduct(product, lockWrite); err != nil {
 			return err
 		}
 		var err error

@@ -62,7 +62,7 @@ func (s *Store) CreateOrder(ctx context.Context, user string, items []ItemReques
 		for i, it := range items {
 			ids[i] = it.ProductID
 		}
-		price, err := tx.productValues("price", ids, "")
+		price, err := tx.productValues(priceColumn, ids, noLock)
 		if err != nil {
 			return err
 		}
@@ -102,18 +102,17 @@ func (s *Store) GetOrder(ctx context.Context, user string, id int64) (Order, err
 	var o Order
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var err error
-		o, err = tx.order(user, id, "")
+		o, err = tx.order(user, id, noLock)
 		return err
 	})
 	return o, err
 }
 
-// order loads user's order id with its items, locking the order row in mode
-// ("" for none).
-func (tx *Tx) order(user string, id int64, mode string) (Order, error) {
+// order loads user's order id with its items, locking the order row in mode.
+func (tx *Tx) order(user string, id int64, mode lockMode) (Order, error) {
 	var o Order
 	res := tx.db.Raw(`SELECT id, user_id, status, total_amount, created_at, updated_at
-		FROM orders WHERE id = ? AND user_id = ? `+mode, id, user).Scan(&o)
+		FROM orders WHERE id = ? AND user_id = ? `+string(mode), id, user).Scan(&o)
 	if res.Error != nil {
 		return Order{}, fmt.Errorf("order %d: %w", id, res.Error)
 	}
@@ -135,7 +134,7 @@ func (tx *Tx) order(user string, id int64, mode string) (Order, error) {
 func (s *Store) PayOrder(ctx context.Context, user string, id int64) (Payment, error) {
 	var pay Payment
 	err := s.InTx(ctx, func(tx *Tx) error {
-		o, err := tx.order(user, id, "FOR NO KEY UPDATE")
+		o, err := tx.order(user, id, lockWrite)
 		if err != nil {
 			return err
 		}
@@ -143,14 +142,12 @@ func (s *Store) PayOrder(ctx context.Context, user string, id int64) (Payment, e
 			return fmt.Errorf("%w: order %d is already %s", ErrConflict, id, o.Status)
 		}
 		items := slices.Clone(o.Items)
-		// Product locks in id order: two payments sharing products cannot
-		// deadlock.
 		slices.SortFunc(items, func(a, b OrderItem) int { return cmp.Compare(a.ProductID, b.ProductID) })
 		pay.Products = make([]int64, len(items))
 		for i, it := range items {
 			pay.Products[i] = it.ProductID
 		}
-		left, err := tx.productValues("stock", pay.Products, "ORDER BY id FOR NO KEY UPDATE")
+		left, err := tx.productValues(stockColumn, pay.Products, lockWrite)
 		if err != nil {
 			return err
 		}
@@ -201,11 +198,19 @@ func (s *Store) PayOrder(ctx context.Context, user string, id int64) (Payment, e
 	return pay, nil
 }
 
-// productValues returns one integer column of the given products by id;
-// suffix (a constant of the caller, never input) may order and lock them.
-func (tx *Tx) productValues(column string, ids []int64, suffix string) (map[int64]int64, error) {
+// productColumn is an integer column of products that productValues reads.
+type productColumn string
+
+const (
+	priceColumn productColumn = "price"
+	stockColumn productColumn = "stock"
+)
+
+// productValues returns one integer column of the given products by id,
+// locking their rows in mode through productsQuery.
+func (tx *Tx) productValues(column productColumn, ids []int64, mode lockMode) (map[int64]int64, error) {
 	var rows []struct{ ID, Value int64 }
-	err := tx.db.Raw(`SELECT id, `+column+` AS value FROM products WHERE id IN ? `+suffix, ids).Scan(&rows).Error
+	err := tx.db.Raw(productsQuery(column, mode), ids).Scan(&rows).Error
 	if err != nil {
 		return nil, fmt.Errorf("read products' %s: %w", column, err)
 	}
@@ -214,4 +219,17 @@ func (tx *Tx) productValues(column string, ids []int64, suffix string) (map[int6
 		out[r.ID] = r.Value
 	}
 	return out, nil
+}
+
+// productsQuery reads id and column of the products in its one parameter,
+// and is the only statement that locks several products at once. It enforces
+// the lock-ordering rule: several product rows are locked in ascending id
+// order, always after the order row (PayOrder), so two transactions sharing
+// products cannot wait on each other.
+func productsQuery(column productColumn, mode lockMode) string {
+	q := `SELECT id, ` + string(column) + ` AS value FROM products WHERE id IN ? ORDER BY id`
+	if mode != noLock {
+		q += " " + string(mode)
+	}
+	return q
 }

@@ -77,7 +77,7 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 	err := s.InTx(ctx, func(tx *Tx) error {
 		// FOR SHARE: views commute with each other but not with likes or
 		// stock changes of the product, which take FOR NO KEY UPDATE.
-		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ? FOR SHARE OF p`, id).Scan(&p)
+		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ? `+string(lockShare)+` OF p`, id).Scan(&p)
 		if err := productFound(id, res.RowsAffected, res.Error); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 // a detail served from a cache.
 func (s *Store) RecordView(ctx context.Context, id int64, viewer string) error {
 	return s.InTx(ctx, func(tx *Tx) error {
-		if err := tx.lockProduct(id, "FOR SHARE"); err != nil {
+		if err := tx.lockProduct(id, lockShare); err != nil {
 			return err
 		}
 		return tx.AppendEvent(events.ProductViewedV1{ProductID: id, UserID: viewer})
@@ -118,17 +118,28 @@ func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size i
 	return items, total, nil
 }
 
-// lockProduct locks the product row in the given mode ("FOR NO KEY UPDATE" or
-// "FOR SHARE"); the mode is a constant of the caller, never input.
-//
-// Writers take FOR NO KEY UPDATE, never FOR UPDATE: inserting order items or
-// likes takes FOR KEY SHARE on their products through the foreign keys, in
-// line order, and FOR UPDATE conflicts with that, so placing an order could
-// deadlock with a payment locking the same products in id order. NO KEY
-// UPDATE still excludes every other writer and FOR SHARE readers.
-func (tx *Tx) lockProduct(id int64, mode string) error {
+// lockMode is a row-lock clause. Only the constants below exist, so no input
+// can reach the SQL through it.
+type lockMode string
+
+const (
+	noLock lockMode = ""
+	// lockShare is for readers that must not see a change in progress:
+	// views commute with each other but not with likes or stock changes.
+	lockShare lockMode = "FOR SHARE"
+	// lockWrite is every writer's lock. Writers take FOR NO KEY UPDATE, never
+	// FOR UPDATE: inserting order items or likes takes FOR KEY SHARE on their
+	// products through the foreign keys, in line order, and FOR UPDATE
+	// conflicts with that, so placing an order could deadlock with a payment
+	// locking the same products in id order. NO KEY UPDATE still excludes
+	// every other writer and lockShare readers.
+	lockWrite lockMode = "FOR NO KEY UPDATE"
+)
+
+// lockProduct locks one product row in mode.
+func (tx *Tx) lockProduct(id int64, mode lockMode) error {
 	var got int64
-	res := tx.db.Raw(`SELECT id FROM products WHERE id = ? `+mode, id).Scan(&got)
+	res := tx.db.Raw(`SELECT id FROM products WHERE id = ? `+string(mode), id).Scan(&got)
 	return productFound(id, res.RowsAffected, res.Error)
 }
 

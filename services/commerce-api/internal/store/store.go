@@ -10,14 +10,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -25,60 +24,54 @@ import (
 const Source = "commerce-api"
 
 // Domain errors. Callers match them with errors.Is; the wrapping error says
-// which entity was involved.
+// which entity was involved. The database sentinels are internal/pg's.
 var (
-	ErrNotFound          = errors.New("not found")
-	ErrConflict          = errors.New("conflict")
+	ErrNotFound          = pg.ErrNotFound
+	ErrConflict          = pg.ErrConflict
+	ErrInvalidInput      = pg.ErrInvalidInput
+	ErrUnavailable       = pg.ErrUnavailable
 	ErrInsufficientStock = errors.New("insufficient stock")
 )
 
-// Store holds the connection pool.
+// Store holds the connection pool. gorm runs on internal/pg's pgx pool
+// through database/sql, so the pool settings are every service's.
 type Store struct {
-	db  *gorm.DB
-	sql *sql.DB
-	reg *events.Registry
+	db   *gorm.DB
+	pool *pg.DB
+	reg  *events.Registry
 }
 
-// Open connects to databaseURL with at most poolSize connections and checks
-// that the database answers.
-func Open(ctx context.Context, databaseURL string, poolSize int, reg *events.Registry) (*Store, error) {
-	db, err := gorm.Open(postgres.Open(databaseURL), &gorm.Config{
+// Open connects to databaseURL with o and checks that the database answers.
+func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Registry) (*Store, error) {
+	pool, err := pg.Open(ctx, databaseURL, o)
+	if err != nil {
+		return nil, err
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: pool.SQL()}), &gorm.Config{
 		// Every write here runs in an explicit transaction; gorm's implicit
 		// one per statement would only add BEGIN/COMMIT round trips.
 		SkipDefaultTransaction: true,
 		Logger:                 logger.Discard,
 	})
 	if err != nil {
+		pool.Close()
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	sqlDB.SetMaxOpenConns(poolSize)
-	sqlDB.SetMaxIdleConns(poolSize)
-	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, sql: sqlDB, reg: reg}
-	if err := s.Ping(ctx); err != nil {
-		sqlDB.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{db: db, pool: pool, reg: reg}, nil
 }
 
 // Close closes the pool.
-func (s *Store) Close() error { return s.sql.Close() }
-
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.sql.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping database: %w", err)
-	}
+func (s *Store) Close() error {
+	s.pool.Close()
 	return nil
 }
 
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
 // Tx is an open transaction.
 type Tx struct {
+	ctx context.Context
 	db  *gorm.DB
 	reg *events.Registry
 }
@@ -87,7 +80,7 @@ type Tx struct {
 // back otherwise. Database errors are mapped to the domain sentinels.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-		return fn(&Tx{db: db, reg: s.reg})
+		return fn(&Tx{ctx: ctx, db: db, reg: s.reg})
 	})
 	return mapErr(err)
 }
@@ -100,36 +93,28 @@ func (tx *Tx) AppendEvent(ev any) error {
 	if err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
-	id, err := uuid.NewRandom()
+	e, err := outbox.NewEntry(Source, rec)
 	if err != nil {
-		return fmt.Errorf("outbox: event id: %w", err)
+		return err
 	}
-	err = tx.db.Exec(`INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload)
-		VALUES (?, ?, ?, ?, ?, ?)`,
-		id.String(), rec.Type, Source, rec.AggregateType, rec.AggregateID, string(rec.Data)).Error
-	if err != nil {
-		return fmt.Errorf("outbox: insert %s: %w", rec.Type, err)
-	}
-	return nil
+	_, err = outbox.Insert(tx.ctx, tx.queryRow, e)
+	return err
+}
+
+// queryRow runs a single-row query with $n placeholders in the transaction.
+func (tx *Tx) queryRow(_ context.Context, query string, args ...any) *sql.Row {
+	return tx.db.Raw(query, args...).Row()
 }
 
 // mapErr turns driver errors into domain sentinels, keeping the original in
-// the chain for logs.
+// the chain for logs. A foreign key violation here always means the
+// referenced product or order does not exist.
 func mapErr(err error) error {
-	if err == nil {
-		return nil
-	}
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		switch pg.Code {
-		case "23505": // unique_violation
-			return fmt.Errorf("%w: %w", ErrConflict, err)
-		case "23503": // foreign_key_violation
-			return fmt.Errorf("%w: %w", ErrNotFound, err)
-		}
+	if pg.Code(err) == pg.CodeForeignKeyViolation {
+		return fmt.Errorf("%w: %w", ErrNotFound, pg.MapErr(err))
 	}
-	return err
+	return pg.MapErr(err)
 }

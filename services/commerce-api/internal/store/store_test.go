@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store/storetest"
@@ -51,7 +52,7 @@ func TestAppendEventRejectsUnknownTypes(t *testing.T) {
 func openTest(t *testing.T) (string, *Store) {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
-	s, err := Open(context.Background(), url, 2, events.NewRegistry())
+	s, err := Open(context.Background(), url, pg.Options{MaxConns: 2}, events.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
@@ -29,7 +30,7 @@ type term struct {
 // terms may overlap in time, each token belongs to one owner, and tokens grow
 // with time.
 func TestNeverTwoLeaders(t *testing.T) {
-	st, err := store.Open(context.Background(), testenv.DatabaseURL(t))
+	st, err := store.Open(context.Background(), testenv.DatabaseURL(t), pg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

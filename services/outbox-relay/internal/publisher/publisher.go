@@ -19,9 +19,9 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// ErrPermanent marks a message that can never be published however often it
-// is retried. Match with errors.Is or use [Permanent].
-var ErrPermanent = errors.New("permanent publish error")
+// ErrUnpublishable marks a message that can never be published however often it
+// is retried. Match with errors.Is or use [Unpublishable].
+var ErrUnpublishable = errors.New("unpublishable message")
 
 // ErrSendTimeout is the result of a message whose outcome did not arrive
 // within the send timeout. It is retriable: the record may or may not be in
@@ -40,7 +40,7 @@ type Message struct {
 	Time          time.Time
 }
 
-// Permanent reports whether err can never succeed on retry:
+// Unpublishable reports whether err can never succeed on retry:
 //   - an event type whose topic cannot be derived;
 //   - MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE / INVALID_RECORD from the
 //     broker, or the producer's own size check (a ConfigurationError: the
@@ -53,12 +53,12 @@ type Message struct {
 // moving, answers that for a while. If the topic truly never appears the row
 // reaches max-age and moves to outbox_failed, which is the same end without
 // losing events to a deployment race.
-func Permanent(err error) bool {
+func Unpublishable(err error) bool {
 	var cfgErr sarama.ConfigurationError
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, ErrPermanent), errors.Is(err, events.ErrPermanent), errors.As(err, &cfgErr):
+	case errors.Is(err, ErrUnpublishable), errors.Is(err, events.ErrUnprocessable), errors.As(err, &cfgErr):
 		return true
 	}
 	var kerr sarama.KError
@@ -186,12 +186,12 @@ func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.Pro
 		Record: events.Record{Type: m.Type, AggregateType: m.AggregateType, AggregateID: m.AggregateID, Data: m.Data},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrPermanent, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnpublishable, err)
 	}
 	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(m.AggregateID)}
 	ctx = binding.WithForceBinary(kafka_sarama.WithSkipKeyMapping(ctx))
 	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&ce), pm); err != nil {
-		return nil, fmt.Errorf("%w: encode event %s: %w", ErrPermanent, m.EventID, err)
+		return nil, fmt.Errorf("%w: encode event %s: %w", ErrUnpublishable, m.EventID, err)
 	}
 	return pm, nil
 }
@@ -207,7 +207,7 @@ type Pending struct {
 }
 
 // SendBatch sends msgs and waits for their outcomes: one result per message,
-// in order, nil on success, else the error (see [Permanent]).
+// in order, nil on success, else the error (see [Unpublishable]).
 func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
 	return p.Send(ctx, msgs).Wait(ctx)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-func TestPermanent(t *testing.T) {
+func TestUnpublishable(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("send: %w", &sarama.ProducerError{Err: err}) }
 	tests := []struct {
 		name string
@@ -32,8 +32,8 @@ func TestPermanent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Permanent(tt.err); got != tt.want {
-				t.Errorf("Permanent(%v) = %v, want %v", tt.err, got, tt.want)
+			if got := Unpublishable(tt.err); got != tt.want {
+				t.Errorf("Unpublishable(%v) = %v, want %v", tt.err, got, tt.want)
 			}
 		})
 	}

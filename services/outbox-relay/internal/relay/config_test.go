@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -38,8 +39,9 @@ func TestLoadConfig(t *testing.T) {
 		}
 		want := Config{
 			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: ":8081", NodeID: "n1",
+			DB:        pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
 			BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
-			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
+			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour, GCPercent: 400,
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("config (-want +got):\n%s", diff)

@@ -29,6 +29,23 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 }
 
 // messages returns the msg of every line logged at level.
+// logged reports whether a record of level has message msg, attribute "id"
+// equal to id, and a non-empty attribute attr.
+func (b *logBuffer) logged(level, msg string, id int64, attr string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, line := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
+		var l map[string]any
+		if json.Unmarshal(line, &l) != nil || l["level"] != level || l["msg"] != msg {
+			continue
+		}
+		if got, ok := l["id"].(float64); ok && int64(got) == id && l[attr] != nil && l[attr] != "" {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *logBuffer) messages(level string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -76,7 +93,7 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	})
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	st, err := store.Open(ctx, cfg.DatabaseURL)
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,8 +80,7 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	r.gaps.forget(cursor)
 	defer func() {
 		if res.Published+res.Failed > 0 {
-			r.logger.Info(fmt.Sprintf("relay completed: success=%d, failed=%d, lastOffset=%d", res.Published, res.Failed, res.Cursor),
-				"success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
+			r.logger.Info("relay completed", "success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
 		}
 	}()
 	rd := r.startReader(ctx, cursor)
@@ -323,12 +322,11 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 		switch {
 		case err == nil:
 			published++
-		case publisher.Permanent(err):
+		case publisher.Unpublishable(err):
 			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, "error", err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
 		case b.Now.Sub(row.CreatedAt) > r.cfg.MaxAge:
-			r.logger.Warn(fmt.Sprintf("Message expired: id=%d, createdAt=%s, moving to failed", row.ID, row.CreatedAt.Format(time.RFC3339Nano)),
-				"id", row.ID, "createdAt", row.CreatedAt, "error", err)
+			r.logger.Warn("Message expired, moving to failed", "id", row.ID, "createdAt", row.CreatedAt, "error", err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
 		default:
 			hol, holErr = &rows[i], err
@@ -360,7 +358,6 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 	}
 	res.Retried++
 	r.metrics.retried.Inc()
-	r.logger.Info(fmt.Sprintf("Message marked for retry: id=%d, nextRetryAt=%s", hol.ID, at.Format(time.RFC3339Nano)),
-		"id", hol.ID, "nextRetryAt", at, "error", holErr)
+	r.logger.Info("Message marked for retry", "id", hol.ID, "nextRetryAt", at, "error", holErr)
 	return false, nil
 }

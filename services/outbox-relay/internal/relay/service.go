@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -22,12 +24,6 @@ import (
 
 // LeaseName names the relay's row in relay_lease.
 const LeaseName = "outbox-relay"
-
-// NotifyChannel is the channel the outbox trigger notifies on commit.
-const NotifyChannel = "outbox_events"
-
-// purgeChunk bounds the rows one retention DELETE removes.
-const purgeChunk = 1000
 
 // Service is a relay node: it competes for the lease and, while leading, runs
 // passes on a timer and on every outbox commit, and purges old rows.
@@ -70,8 +66,8 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
-		"postgres": s.store.Ping,
-		"kafka":    s.pub.Ping,
+		httpserver.DatabaseCheck: s.store.Ping,
+		"kafka":                  s.pub.Ping,
 	})
 	return mux
 }
@@ -111,7 +107,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		s.logger.Warn("first lease attempt failed", "error", err)
 	}
 	wg.Go(func() { s.elector.Run(ctx) })
-	wg.Go(func() { s.store.Listen(ctx, s.logger, NotifyChannel, s.notified) })
+	wg.Go(func() { s.store.Listen(ctx, s.logger, outbox.Channel, s.notified) })
 	wg.Go(func() { s.kicker(ctx, pass) })
 	sched.Start()
 	s.logger.Info("outbox relay started", "node", s.cfg.NodeID, "interval", s.cfg.Interval, "batchSize", s.cfg.BatchSize)
@@ -189,7 +185,7 @@ func (s *Service) kicker(ctx context.Context, job gocron.Job) {
 }
 
 func (s *Service) purge(ctx context.Context) {
-	n, err := s.store.Purge(ctx, s.cfg.Retention, purgeChunk)
+	n, err := s.store.Purge(ctx, s.cfg.Retention, pg.PurgeChunk)
 	if err != nil && ctx.Err() == nil {
 		s.logger.Error("outbox retention failed", "error", err, "deleted", n)
 		return

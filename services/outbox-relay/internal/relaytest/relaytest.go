@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -36,16 +38,13 @@ func New(t testing.TB) *Env {
 	t.Helper()
 	reg := events.NewRegistry()
 	url := testenv.DatabaseURL(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("relaytest: parse database URL: %v", err)
-	}
-	cfg.MaxConns = 64 // tests hold many transactions open at once
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	// Tests hold many transactions open at once.
+	db, err := pg.Open(context.Background(), url, pg.Options{MaxConns: 64})
 	if err != nil {
 		t.Fatalf("relaytest: open pool: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(db.Close)
+	pool := db.Pool
 	cluster := testenv.Kafka(t, reg.Topics()...)
 	return &Env{URL: url, Pool: pool, Cluster: cluster, Brokers: cluster.ListenAddrs(), Reg: reg}
 }
@@ -78,14 +77,8 @@ func (e *Env) Insert(t testing.TB, q Querier, ev any) Row {
 func (e *Env) InsertRecord(t testing.TB, q Querier, rec events.Record, createdAt time.Time) Row {
 	t.Helper()
 	r := Row{EventID: uuid.NewString(), Record: rec}
-	var at *time.Time
-	if !createdAt.IsZero() {
-		at = &createdAt
-	}
-	err := q.QueryRow(context.Background(), `
-		INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at)
-		VALUES ($1, $2, 'commerce-api', $3, $4, $5, COALESCE($6, now()))
-		RETURNING id`, r.EventID, rec.Type, rec.AggregateType, rec.AggregateID, string(rec.Data), at).Scan(&r.ID)
+	var err error
+	r.ID, err = outbox.Insert(context.Background(), q.QueryRow, outbox.Entry{EventID: r.EventID, Source: "commerce-api", Record: rec, CreatedAt: createdAt})
 	if err != nil {
 		t.Fatalf("relaytest: insert outbox row: %v", err)
 	}

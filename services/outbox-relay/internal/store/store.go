@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // ErrFenced is returned by a write that carries a fencing token which is no
@@ -22,32 +24,24 @@ var ErrFenced = errors.New("fenced out: the lease is not held with this token")
 
 // Store reads and writes the relay's tables.
 type Store struct {
+	db   *pg.DB
 	pool *pgxpool.Pool
-	url  string
 }
 
-// Open connects a pool to databaseURL and checks that it answers.
-func Open(ctx context.Context, databaseURL string) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
+// Open connects a pool to databaseURL with o and checks that it answers.
+func Open(ctx context.Context, databaseURL string, o pg.Options) (*Store, error) {
+	db, err := pg.Open(ctx, databaseURL, o)
 	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
+		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("ping database: %w", err)
-	}
-	return &Store{pool: pool, url: databaseURL}, nil
+	return &Store{db: db, pool: db.Pool}, nil
 }
 
 // Close closes the pool.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() { s.db.Close() }
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // Fence identifies the lease term a write belongs to. Fenced writes succeed
 // only while this term is the current, unexpired one.
@@ -74,7 +68,7 @@ func (f Fence) args(a pgx.NamedArgs) pgx.NamedArgs {
 func (s *Store) Cursor(ctx context.Context) (int64, error) {
 	var id int64
 	if err := s.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor WHERE id = 1`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("read cursor: %w", err)
+		return 0, fmt.Errorf("read cursor: %w", pg.MapErr(err))
 	}
 	return id, nil
 }
@@ -122,7 +116,7 @@ ORDER BY o.id`
 func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, error) {
 	rows, err := s.pool.Query(ctx, readBatch, after, limit)
 	if err != nil {
-		return Batch{}, fmt.Errorf("read outbox: %w", err)
+		return Batch{}, fmt.Errorf("read outbox: %w", pg.MapErr(err))
 	}
 	defer rows.Close()
 	var (
@@ -138,7 +132,7 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 			ready                             *bool
 		)
 		if err := rows.Scan(&snap, &b.Now, &id, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
-			return Batch{}, fmt.Errorf("scan outbox row: %w", err)
+			return Batch{}, fmt.Errorf("scan outbox row: %w", pg.MapErr(err))
 		}
 		if id == nil { // the empty LEFT JOIN: no rows, only the snapshot
 			continue
@@ -150,7 +144,7 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 		})
 	}
 	if err := rows.Err(); err != nil {
-		return Batch{}, fmt.Errorf("read outbox: %w", err)
+		return Batch{}, fmt.Errorf("read outbox: %w", pg.MapErr(err))
 	}
 	if b.Snapshot, err = ParseSnapshot(snap); err != nil {
 		return Batch{}, err
@@ -172,14 +166,14 @@ func (s *Store) OutboxWriters(ctx context.Context) (map[uint32]bool, error) {
 		WHERE r.locktype = 'relation' AND r.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND r.relation = 'outbox'::regclass AND r.mode = 'RowExclusiveLock' AND r.granted`)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox writers: %w", err)
+		return nil, fmt.Errorf("read outbox writers: %w", pg.MapErr(err))
 	}
 	defer rows.Close()
 	out := map[uint32]bool{}
 	for rows.Next() {
 		var xid string
 		if err := rows.Scan(&xid); err != nil {
-			return nil, fmt.Errorf("read outbox writers: %w", err)
+			return nil, fmt.Errorf("read outbox writers: %w", pg.MapErr(err))
 		}
 		v, err := strconv.ParseUint(xid, 10, 32)
 		if err != nil {
@@ -188,7 +182,7 @@ func (s *Store) OutboxWriters(ctx context.Context) (map[uint32]bool, error) {
 		out[uint32(v)] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read outbox writers: %w", err)
+		return nil, fmt.Errorf("read outbox writers: %w", pg.MapErr(err))
 	}
 	return out, nil
 }
@@ -257,25 +251,18 @@ func (s *Store) MarkRetry(ctx context.Context, f Fence, id int64, after time.Dur
 }
 
 // Purge deletes published outbox rows (id ≤ cursor) created more than
-// olderThan ago, chunk rows per statement so that no statement holds many
-// locks or runs long, and returns how many it deleted.
+// olderThan ago, chunk rows per statement, and returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, olderThan time.Duration, chunk int) (int64, error) {
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, `
-			DELETE FROM outbox WHERE id IN (
-				SELECT id FROM outbox
-				WHERE id <= (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
-				  AND created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
-				ORDER BY id LIMIT $2)`, olderThan.Microseconds(), chunk)
-		if err != nil {
-			return total, fmt.Errorf("purge outbox: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(chunk) {
-			return total, nil
-		}
+	n, err := s.db.Purge(ctx, `
+		DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox
+			WHERE id <= (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
+			  AND created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
+			ORDER BY id LIMIT $2)`, chunk, olderThan.Microseconds())
+	if err != nil {
+		return n, fmt.Errorf("purge outbox: %w", pg.MapErr(err))
 	}
+	return n, nil
 }
 
 // Backlog returns how many rows are after the cursor and the age of the
@@ -286,7 +273,7 @@ func (s *Store) Backlog(ctx context.Context) (rows int64, oldest time.Duration, 
 		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
 		FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)`).Scan(&rows, &secs)
 	if err != nil {
-		return 0, 0, fmt.Errorf("measure backlog: %w", err)
+		return 0, 0, fmt.Errorf("measure backlog: %w", pg.MapErr(err))
 	}
 	return rows, time.Duration(secs * float64(time.Second)), nil
 }
@@ -352,9 +339,9 @@ func (s *Store) Listen(ctx context.Context, logger *slog.Logger, channel string,
 }
 
 func (s *Store) listenOnce(ctx context.Context, channel string, notify, connected func()) error {
-	conn, err := pgx.Connect(ctx, s.url)
+	conn, err := s.db.Connect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -362,13 +349,13 @@ func (s *Store) listenOnce(ctx context.Context, channel string, notify, connecte
 		_ = conn.Close(cctx)
 	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("listen: %w", pg.MapErr(err))
 	}
 	connected()
 	notify()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+			return fmt.Errorf("wait for notification: %w", pg.MapErr(err))
 		}
 		notify()
 	}

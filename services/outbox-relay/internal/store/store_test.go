@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -16,7 +17,7 @@ import (
 func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
 	env := relaytest.New(t)
 	ctx := context.Background()
-	st, err := store.Open(ctx, env.URL)
+	st, err := store.Open(ctx, env.URL, pg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

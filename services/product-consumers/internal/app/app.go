@@ -19,15 +19,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
 )
-
-// purgeChunk bounds the rows one purge statement deletes.
-const purgeChunk = 1000
 
 // revokeGrace is how long a revoked partition waits for its records in
 // flight; it must end before the group's rebalance does.
@@ -38,7 +36,7 @@ const revokeGrace = 5 * time.Second
 // completed and leaves its group. adminReady, when not nil, receives the
 // admin server's address once it listens.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
-	st, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
 	}
@@ -93,9 +91,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		return fmt.Errorf("scheduler: %w", err)
 	}
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
-		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, purgeChunk)
+		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
 		if err != nil {
-			logger.Error("purge event_handled failed", "err", err)
+			logger.Error("purge event_handled failed", "error", err)
 			return
 		}
 		if n > 0 {
@@ -109,8 +107,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, reg, map[string]httpserver.Check{
-		"database": st.Ping,
-		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		httpserver.DatabaseCheck: st.Ping,
+		"redis":                  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 	})
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -58,7 +59,7 @@ func TestLoadConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := app.Config{DatabaseURL: "postgres://h/db", DBMaxConns: 16, KafkaBrokers: []string{"a:9092", "b:9092"},
+				want := app.Config{DatabaseURL: "postgres://h/db", DB: pg.Options{MaxConns: 16, StatementTimeout: 30 * time.Second}, KafkaBrokers: []string{"a:9092", "b:9092"},
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,

@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 )
 
 // Config is product-consumers' configuration, read from the environment.
 type Config struct {
 	DatabaseURL      string
-	DBMaxConns       int
+	DB               pg.Options // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
 	KafkaBrokers     []string
 	RedisURL         string
 	AdminAddr        string
@@ -31,10 +32,14 @@ type Config struct {
 // LoadConfig reads and validates the configuration; the error names every
 // invalid variable.
 func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	l := config.New(lookup)
+	return config.Parse(lookup, Load)
+}
+
+// Load reads the configuration through l, which collects the problems.
+func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
-		DBMaxConns:       l.PositiveInt("DB_MAX_CONNS", 16),
+		DB:               pg.LoadOptions(l, 16),
 		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
 		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
@@ -62,7 +67,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
-	return c, l.Err()
+	return c
 }
 
 // defaultInstanceID is the host name, which is stable per replica where

@@ -31,6 +31,16 @@ const (
 // Names lists every consumer, in the order CONSUMERS documents.
 var Names = []string{Like, Order, View, Stock}
 
+// The consumer group of each consumer, defined here only. A group's name is
+// part of the idempotency key of every event it handles (see
+// idempotencyKey): renaming a group makes redelivered events apply twice.
+const (
+	LikeGroup  = "product-like-consumer"
+	OrderGroup = "product-order-consumer"
+	ViewGroup  = "product-view-consumer"
+	StockGroup = "product-stock-consumer"
+)
+
 // Spec is what a consumer group needs: its group, its topic and its handler.
 type Spec struct {
 	Name    string
@@ -90,13 +100,13 @@ func (h *Handlers) expired(consumer string, msg events.Message) bool {
 func (h *Handlers) Spec(name string) (Spec, error) {
 	switch name {
 	case Like:
-		return Spec{name, "product-like-consumer", "like-events", pcon.BatchHandler(h.likes)}, nil
+		return Spec{name, LikeGroup, "like-events", pcon.BatchHandler(h.likes)}, nil
 	case Order:
-		return Spec{name, "product-order-consumer", "order-events", pcon.RecordHandler(h.order)}, nil
+		return Spec{name, OrderGroup, "order-events", pcon.RecordHandler(h.order)}, nil
 	case View:
-		return Spec{name, "product-view-consumer", "product-events", pcon.BatchHandler(h.views)}, nil
+		return Spec{name, ViewGroup, "product-events", pcon.BatchHandler(h.views)}, nil
 	case Stock:
-		return Spec{name, "product-stock-consumer", "stock-events", pcon.RecordHandler(h.stock)}, nil
+		return Spec{name, StockGroup, "stock-events", pcon.RecordHandler(h.stock)}, nil
 	}
 	return Spec{}, fmt.Errorf("unknown consumer %q", name)
 }
@@ -130,10 +140,10 @@ func unexpected(msg events.Message) error {
 	return pcon.Permanent(fmt.Errorf("event %s: type %s does not belong on this topic: %w", msg.ID, msg.Type, events.ErrUnknownType))
 }
 
+// idempotencyKey is the event_handled key of msg handled by group.
 func idempotencyKey(group string, msg events.Message) string { return group + ":" + msg.ID }
 
 func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
-	const group = "product-order-consumer"
 	msg, err := h.decode(ctx, r)
 	if err != nil {
 		return err
@@ -149,12 +159,12 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	for i, it := range paid.Items {
 		sales[i] = store.Sale{ProductID: it.ProductID, Quantity: it.Quantity, Amount: it.Quantity * it.UnitPrice}
 	}
-	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(group, msg), sales)
+	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(OrderGroup, msg), sales)
 	if err != nil {
 		return err
 	}
 	if !applied {
-		h.logger.Debug(fmt.Sprintf("Event already handled: type=%s, id=%s, action=skip", msg.Type, msg.ID), "type", msg.Type, "id", msg.ID)
+		h.logger.Debug("Event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
 		h.count(Order, "duplicate", 1)
 		return nil
 	}
@@ -216,7 +226,6 @@ func batchResult(failed map[int]error) error {
 }
 
 func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
-	const group = "product-view-consumer"
 	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
 		_, ok := m.Event.(events.ProductViewedV1)
 		return ok
@@ -226,7 +235,7 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 		if h.expired(View, m) {
 			continue
 		}
-		views = append(views, store.View{IdempotencyKey: idempotencyKey(group, m), ProductID: m.Event.(events.ProductViewedV1).ProductID})
+		views = append(views, store.View{IdempotencyKey: idempotencyKey(ViewGroup, m), ProductID: m.Event.(events.ProductViewedV1).ProductID})
 	}
 	if len(views) > 0 {
 		applied, err := h.store.ApplyViews(ctx, views)

@@ -6,55 +6,35 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// ErrUnavailable wraps failures to reach the database; callers retry them.
-var ErrUnavailable = errors.New("database unavailable")
+	"github.com/loopers/commerce-pipeline/internal/pg"
+)
 
 // Store applies aggregate changes in PostgreSQL.
 type Store struct {
-	pool *pgxpool.Pool
+	db *pg.DB
 }
 
-// Open connects to databaseURL with at most maxConns connections.
-func Open(ctx context.Context, databaseURL string, maxConns int32) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
+// Open connects to databaseURL with o and checks that it answers.
+func Open(ctx context.Context, databaseURL string, o pg.Options) (*Store, error) {
+	db, err := pg.Open(ctx, databaseURL, o)
 	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err)
+		return nil, err
 	}
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	return &Store{pool: pool}, nil
+	return &Store{db: db}, nil
 }
 
 // Close releases the connections.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() { s.db.Close() }
 
 // Ping checks the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
-	}
-	return nil
-}
-
-func (s *Store) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	if err := pgx.BeginFunc(ctx, s.pool, fn); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return nil
-}
+func (s *Store) Ping(ctx context.Context) error { return s.db.Ping(ctx) }
 
 // Sale is one product line of a paid order.
 type Sale struct {
@@ -73,7 +53,7 @@ func (s *Store) ApplyOrderPaid(ctx context.Context, idempotencyKey string, sales
 		byProduct[sl.ProductID] = Sale{ProductID: sl.ProductID, Quantity: t.Quantity + sl.Quantity, Amount: t.Amount + sl.Amount}
 	}
 	merged := sortedValues(byProduct, func(s Sale) int64 { return s.ProductID })
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO event_handled (idempotency_key) VALUES ($1) ON CONFLICT DO NOTHING`, idempotencyKey)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
@@ -113,7 +93,7 @@ func (s *Store) ApplyViews(ctx context.Context, views []View) (applied int, err 
 			keys = append(keys, v.IdempotencyKey)
 		}
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
 		applied = 0
 		rows, err := tx.Query(ctx, `
 			INSERT INTO event_handled (idempotency_key) SELECT unnest($1::text[])
@@ -173,13 +153,14 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res Likes
 		users[i], products[i], liked[i], seqs[i] = c.UserID, c.ProductID, c.Liked, c.Sequence
 	}
 	productIDs := slices.Compact(slices.Clone(products))
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
 		res = LikesApplied{Delta: map[int64]int64{}}
 		// While partitions move between group members, two members can briefly
 		// handle the same product. Serialising per product makes the state read
 		// below the one the update replaces, including for rows not yet there
 		// (which a row lock cannot cover). Sorted ids cannot deadlock.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(727275, id::int4) FROM unnest($1::bigint[]) AS id`, hashIDs(productIDs)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2::int4, id::int4) FROM unnest($1::bigint[]) AS id`,
+			hashIDs(productIDs), int32(pg.LikeStateLock)); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
@@ -232,23 +213,16 @@ type LikesApplied struct {
 }
 
 // PurgeHandled deletes idempotency records older than maxAge, chunk rows per
-// statement so that no statement holds many locks or runs long. It returns how
-// many it deleted.
+// statement. It returns how many it deleted.
 func (s *Store) PurgeHandled(ctx context.Context, maxAge time.Duration, chunk int) (int64, error) {
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, `
-			DELETE FROM event_handled WHERE id IN (
-				SELECT id FROM event_handled WHERE created_at < now() - $1::interval LIMIT $2)`,
-			maxAge, chunk)
-		if err != nil {
-			return total, fmt.Errorf("%w: purge event_handled: %v", ErrUnavailable, err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(chunk) {
-			return total, nil
-		}
+	n, err := s.db.Purge(ctx, `
+		DELETE FROM event_handled WHERE id IN (
+			SELECT id FROM event_handled WHERE created_at < now() - $1::interval LIMIT $2)`,
+		chunk, maxAge)
+	if err != nil {
+		return n, fmt.Errorf("purge event_handled: %w", err)
 	}
+	return n, nil
 }
 
 // counter is a product_metrics column that addToCounter may add to.

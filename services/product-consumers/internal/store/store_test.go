@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
 )
@@ -23,7 +24,7 @@ func open(t *testing.T) (*store.Store, *pgx.Conn) {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
-	s, err := store.Open(ctx, url, 16)
+	s, err := store.Open(ctx, url, pg.Options{MaxConns: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // Tables are the tables commerce-api writes, outbox included.
@@ -18,12 +20,12 @@ type DB struct{ pool *pgxpool.Pool }
 // Open connects to databaseURL; the pool closes when the test ends.
 func Open(t testing.TB, databaseURL string) *DB {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), databaseURL)
+	db, err := pg.Open(context.Background(), databaseURL, pg.Options{})
 	if err != nil {
 		t.Fatalf("storetest: connect: %v", err)
 	}
-	t.Cleanup(pool.Close)
-	return &DB{pool: pool}
+	t.Cleanup(db.Close)
+	return &DB{pool: db.Pool}
 }
 
 // Exec runs a statement, failing the test on error.

@@ -1,0 +1,73 @@
+// Package outbox owns the contract of the outbox table for its writers: the
+// columns a writer sets, the INSERT, and the channel the table's trigger
+// notifies on commit. commerce-api, the relay's tests, the end-to-end suite
+// and the benchmarks all write through Insert, so a schema change has one
+// place to follow.
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+// Channel is the channel the outbox_notify trigger (migration 00001) notifies
+// when a transaction that inserted outbox rows commits.
+const Channel = "outbox_events"
+
+// Columns are the columns every writer sets, in the order of Entry.Values;
+// created_at defaults to now(), and the rest (id, next_retry_at) are the
+// database's and the relay's.
+var Columns = []string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload"}
+
+// insertSQL uses $n placeholders, which pgx, database/sql over pgx and gorm's
+// Raw all pass through. A NULL created_at means now().
+var insertSQL = `INSERT INTO outbox (` + strings.Join(Columns, ", ") + `, created_at)
+	VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now())) RETURNING id`
+
+// Entry is one outbox row to write.
+type Entry struct {
+	EventID string // a UUID; consumers de-duplicate by it
+	Source  string // the CloudEvents source
+	events.Record
+	CreatedAt time.Time // zero: the database's now()
+}
+
+// NewEntry returns an entry for rec from source with a new random event id.
+func NewEntry(source string, rec events.Record) (Entry, error) {
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return Entry{}, fmt.Errorf("outbox: event id: %w", err)
+	}
+	return Entry{EventID: id.String(), Source: source, Record: rec}, nil
+}
+
+// Values returns e's values in the order of Columns, for COPY.
+func (e Entry) Values() []any {
+	return []any{e.EventID, e.Type, e.Source, e.AggregateType, e.AggregateID, string(e.Data)}
+}
+
+// Row is the result of a single-row query: pgx.Row and *sql.Row are both.
+type Row interface{ Scan(dest ...any) error }
+
+// Insert writes e with queryRow, the QueryRow method of the caller's
+// transaction or connection (pgx.Tx.QueryRow, sql.Tx.QueryRowContext, …), and
+// returns the row's id. Errors are the driver's, for the caller's store to
+// map.
+func Insert[R Row](ctx context.Context, queryRow func(context.Context, string, ...any) R, e Entry) (int64, error) {
+	var at *time.Time
+	if !e.CreatedAt.IsZero() {
+		at = &e.CreatedAt
+	}
+	var id int64
+	err := queryRow(ctx, insertSQL, append(e.Values(), at)...).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: insert %s: %w", e.Type, err)
+	}
+	return id, nil
+}

@@ -1,0 +1,71 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+// TestInsertNotifies writes one entry through a pgx transaction and checks
+// the stored row and that the migration's trigger notifies Channel on
+// commit.
+func TestInsertNotifies(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(ctx)
+	if _, err := listener.Exec(ctx, "LISTEN "+outbox.Channel); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	rec, err := events.NewRegistry().Marshal(events.LikeCreatedV1{UserID: "u", ProductID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := outbox.NewEntry("test", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var id int64
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		id, err = outbox.Insert(ctx, tx.QueryRow, e)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := listener.WaitForNotification(wctx); err != nil {
+		t.Fatalf("no notification on %s: %v", outbox.Channel, err)
+	}
+
+	var got outbox.Entry
+	var payload string
+	err = conn.QueryRow(ctx, `SELECT event_id::text, source, event_type, aggregate_type, aggregate_id, payload, created_at
+		FROM outbox WHERE id = $1`, id).Scan(&got.EventID, &got.Source, &got.Type, &got.AggregateType, &got.AggregateID, &payload, &got.CreatedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Data = []byte(payload)
+	got.CreatedAt = got.CreatedAt.UTC()
+	if diff := cmp.Diff(e, got); diff != "" {
+		t.Errorf("stored row (-want +got):\n%s", diff)
+	}
+}

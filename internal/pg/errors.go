@@ -1,0 +1,95 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The sentinels driver errors map to. Match them with errors.Is; the driver's
+// error stays in the chain for logs.
+var (
+	// ErrNotFound: the row asked for does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique constraint refused the write (23505).
+	ErrConflict = errors.New("conflict")
+	// ErrInvalidInput: the database refused a value as data (class 22:
+	// invalid UTF-8, a NUL byte, out of range, …). Retrying cannot help.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrConstraint: a foreign-key (23503) or check (23514) constraint
+	// refused the write.
+	ErrConstraint = errors.New("constraint violation")
+	// ErrRetryable: the transaction lost a serialization conflict (40001) or
+	// a deadlock (40P01); running it again may succeed.
+	ErrRetryable = errors.New("retryable transaction failure")
+	// ErrUnavailable: the database cannot be reached or is shutting down or
+	// starting (connection errors, class 08, 57P01, 57P03).
+	ErrUnavailable = errors.New("database unavailable")
+)
+
+// SQLSTATE codes the stores test for themselves.
+const (
+	CodeUniqueViolation     = "23505"
+	CodeForeignKeyViolation = "23503"
+	CodeCheckViolation      = "23514"
+)
+
+// Code returns the SQLSTATE of err, or "" when err is not a PostgreSQL error.
+func Code(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// MapErr wraps err in the sentinel it belongs to, keeping err in the chain.
+// Errors of no sentinel, and nil, come back unchanged.
+func MapErr(err error) error {
+	if s := sentinel(err); s != nil && !errors.Is(err, s) {
+		return fmt.Errorf("%w: %w", s, err)
+	}
+	return err
+}
+
+func sentinel(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if code := Code(err); code != "" {
+		switch {
+		case code == CodeUniqueViolation:
+			return ErrConflict
+		case code == CodeForeignKeyViolation, code == CodeCheckViolation:
+			return ErrConstraint
+		case strings.HasPrefix(code, "22"):
+			return ErrInvalidInput
+		case code == "40001", code == "40P01":
+			return ErrRetryable
+		case strings.HasPrefix(code, "08"), code == "57P01", code == "57P03":
+			return ErrUnavailable
+		}
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil // the caller gave up; the database may be fine
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		// pgx and its pool report these with errors.New only.
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "closed pool") {
+		return ErrUnavailable
+	}
+	return nil
+}

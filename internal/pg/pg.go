@@ -1,0 +1,144 @@
+// Package pg is the one door every service and test uses to PostgreSQL: it
+// opens the pool with the shared settings (DB_MAX_CONNS,
+// DB_STATEMENT_TIMEOUT), runs transactions as closures, maps driver errors to
+// the sentinels below, and deletes old rows in bounded chunks.
+//
+// The store packages are the only importers: they keep the SQL, pg keeps the
+// plumbing.
+package pg
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+)
+
+// Options are the pool settings every service shares.
+type Options struct {
+	// MaxConns (DB_MAX_CONNS) is the most connections open at once.
+	MaxConns int
+	// StatementTimeout (DB_STATEMENT_TIMEOUT) cancels any statement running
+	// longer, so that a stuck query frees its connection and locks.
+	StatementTimeout time.Duration
+}
+
+// Default statement timeout: far above any statement of the services (the
+// longest are one purge chunk and one relay batch), low enough that a stuck
+// statement does not hold its locks for long.
+const defaultStatementTimeout = 30 * time.Second
+
+// LoadOptions reads DB_MAX_CONNS (default defMaxConns) and
+// DB_STATEMENT_TIMEOUT through l.
+func LoadOptions(l *config.Loader, defMaxConns int) Options {
+	return Options{
+		MaxConns:         l.PositiveInt("DB_MAX_CONNS", defMaxConns),
+		StatementTimeout: l.Duration("DB_STATEMENT_TIMEOUT", defaultStatementTimeout),
+	}
+}
+
+// DB is a connection pool.
+type DB struct {
+	// Pool is the pgx pool, for the stores' queries.
+	Pool *pgxpool.Pool
+}
+
+// Open connects a pool to databaseURL with o and checks that the database
+// answers. A zero field of o keeps pgx's default.
+func Open(ctx context.Context, databaseURL string, o Options) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = int32(min(o.MaxConns, 1<<30))
+	}
+	if o.StatementTimeout > 0 {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", MapErr(err))
+	}
+	db := &DB{Pool: pool}
+	if err := db.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Close closes the pool.
+func (db *DB) Close() { db.Pool.Close() }
+
+// Ping checks that the database answers.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", MapErr(err))
+	}
+	return nil
+}
+
+// SQL returns a database/sql handle over the same pool, for libraries built
+// on database/sql (gorm). Closing it does not close the pool.
+func (db *DB) SQL() *sql.DB { return stdlib.OpenDBFromPool(db.Pool) }
+
+// Connect opens a dedicated connection with the pool's settings, outside the
+// pool, for a session that must outlive any transaction (LISTEN).
+func (db *DB) Connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, db.Pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", MapErr(err))
+	}
+	return conn, nil
+}
+
+// InTx runs fn in a transaction, committing when it returns nil and rolling
+// back otherwise. The error is mapped with MapErr.
+func (db *DB) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return MapErr(pgx.BeginFunc(ctx, db.Pool, fn))
+}
+
+// PurgeChunk bounds the rows one purge statement deletes, so that no
+// statement holds many locks or runs long.
+const PurgeChunk = 1000
+
+// Purge runs the DELETE stmt until it deletes fewer than chunk rows and
+// returns how many rows it deleted in all. stmt must delete at most its last
+// parameter's number of rows; args are the parameters before it.
+func (db *DB) Purge(ctx context.Context, stmt string, chunk int, args ...any) (int64, error) {
+	args = append(args[:len(args):len(args)], chunk)
+	var total int64
+	for {
+		tag, err := db.Pool.Exec(ctx, stmt, args...)
+		if err != nil {
+			return total, MapErr(err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(chunk) {
+			return total, nil
+		}
+	}
+}
+
+// LockNamespace is the first key of a two-key advisory lock, or the key of a
+// one-key lock. Each purpose has its own, so that advisory locks taken for
+// different reasons never wait on each other.
+type LockNamespace int32
+
+// The advisory lock namespaces in use.
+const (
+	// TemplateLock (one key) serialises test processes migrating the
+	// template database they clone.
+	TemplateLock LockNamespace = 727274
+	// LikeStateLock (two keys; the second is the product id folded to
+	// int4) serialises product-consumers' like-state updates per product.
+	LikeStateLock LockNamespace = 727275
+)

@@ -1,0 +1,213 @@
+package pg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+)
+
+func open(t *testing.T, o pg.Options) *pg.DB {
+	t.Helper()
+	db, err := pg.Open(context.Background(), testenv.DatabaseURL(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+func TestLoadOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    pg.Options
+		wantErr []string
+	}{
+		{"defaults", nil, pg.Options{MaxConns: 7, StatementTimeout: 30 * time.Second}, nil},
+		{"set", map[string]string{"DB_MAX_CONNS": "3", "DB_STATEMENT_TIMEOUT": "2s"}, pg.Options{MaxConns: 3, StatementTimeout: 2 * time.Second}, nil},
+		{"invalid", map[string]string{"DB_MAX_CONNS": "0", "DB_STATEMENT_TIMEOUT": "-1s"}, pg.Options{}, []string{"DB_MAX_CONNS", "DB_STATEMENT_TIMEOUT"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := config.New(config.FromMap(tc.env))
+			got := pg.LoadOptions(l, 7)
+			if tc.wantErr == nil {
+				if err := l.Err(); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("options (-want +got):\n%s", diff)
+				}
+				return
+			}
+			for _, name := range tc.wantErr {
+				if err := l.Err(); err == nil || !strings.Contains(err.Error(), name) {
+					t.Errorf("error %v does not name %s", err, name)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenAppliesOptions(t *testing.T) {
+	db := open(t, pg.Options{MaxConns: 3, StatementTimeout: 1500 * time.Millisecond})
+	if got := db.Pool.Config().MaxConns; got != 3 {
+		t.Errorf("MaxConns = %d, want 3", got)
+	}
+	var timeout string
+	if err := db.Pool.QueryRow(context.Background(), `SHOW statement_timeout`).Scan(&timeout); err != nil {
+		t.Fatal(err)
+	}
+	if timeout != "1500ms" {
+		t.Errorf("statement_timeout = %q, want 1500ms", timeout)
+	}
+	conn, err := db.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(context.Background(), `SHOW statement_timeout`).Scan(&timeout); err != nil || timeout != "1500ms" {
+		t.Errorf("dedicated connection: statement_timeout = %q (%v), want 1500ms", timeout, err)
+	}
+	_, err = db.Pool.Exec(context.Background(), `SELECT pg_sleep(5)`)
+	if pg.Code(err) != "57014" {
+		t.Errorf("a 5 s statement under a 1.5 s timeout: %v, want query_canceled (57014)", err)
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	_, err := pg.Open(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", pg.Options{})
+	if !errors.Is(err, pg.ErrUnavailable) {
+		t.Errorf("Open of a closed port: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestMapErr provokes each kind of error in a real database and checks the
+// sentinel it maps to.
+func TestMapErr(t *testing.T) {
+	db := open(t, pg.Options{})
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE TABLE parent (id int PRIMARY KEY);
+		CREATE TABLE child (id int PRIMARY KEY, parent int REFERENCES parent, n int CHECK (n >= 0), s text);
+		INSERT INTO parent VALUES (1); INSERT INTO child VALUES (1, 1, 0, '')`); err != nil {
+		t.Fatal(err)
+	}
+	raise := func(code string) string {
+		return `DO $$ BEGIN RAISE EXCEPTION 'test' USING ERRCODE = '` + code + `'; END $$`
+	}
+	tests := []struct {
+		name string
+		stmt string
+		args []any
+		want error
+	}{
+		{"no rows", `SELECT id FROM parent WHERE id = 99`, nil, pg.ErrNotFound},
+		{"unique", `INSERT INTO parent VALUES (1)`, nil, pg.ErrConflict},
+		{"foreign key", `INSERT INTO child VALUES (2, 99, 0, '')`, nil, pg.ErrConstraint},
+		{"check", `INSERT INTO child VALUES (2, 1, -1, '')`, nil, pg.ErrConstraint},
+		{"invalid UTF-8", `SELECT convert_from('\xff'::bytea, 'UTF8')`, nil, pg.ErrInvalidInput},
+		{"NUL in text", `INSERT INTO child VALUES (3, 1, 0, $1) RETURNING id`, []any{"a\x00b"}, pg.ErrInvalidInput},
+		{"NUL in JSON", `SELECT '"\u0000"'::jsonb ->> 0`, nil, pg.ErrInvalidInput},
+		{"out of range", `SELECT 2147483647::int + 1`, nil, pg.ErrInvalidInput},
+		{"serialization", raise("40001"), nil, pg.ErrRetryable},
+		{"deadlock", raise("40P01"), nil, pg.ErrRetryable},
+		{"admin shutdown", raise("57P01"), nil, pg.ErrUnavailable},
+		{"cannot connect now", raise("57P03"), nil, pg.ErrUnavailable},
+		{"connection failure", raise("08006"), nil, pg.ErrUnavailable},
+		{"syntax error", `SELEC 1`, nil, nil},
+	}
+	sentinels := []error{pg.ErrNotFound, pg.ErrConflict, pg.ErrInvalidInput, pg.ErrConstraint, pg.ErrRetryable, pg.ErrUnavailable}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := db.InTx(ctx, func(tx pgx.Tx) error {
+				var v any
+				return tx.QueryRow(ctx, tc.stmt, tc.args...).Scan(&v)
+			})
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, s := range sentinels {
+				if got, want := errors.Is(err, s), s == tc.want; got != want {
+					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, s, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestMapErrConnectionLost(t *testing.T) {
+	db := open(t, pg.Options{})
+	ctx := context.Background()
+	conn, err := db.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, conn.PgConn().PID()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	if err := pg.MapErr(err); !errors.Is(err, pg.ErrUnavailable) {
+		t.Errorf("query on a terminated connection: %v, want ErrUnavailable", err)
+	}
+}
+
+func TestInTx(t *testing.T) {
+	db := open(t, pg.Options{})
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := func(id int, fail error) error {
+		return db.InTx(ctx, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO t VALUES ($1)`, id); err != nil {
+				return err
+			}
+			return fail
+		})
+	}
+	boom := errors.New("boom")
+	if err := insert(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := insert(2, boom); !errors.Is(err, boom) {
+		t.Errorf("InTx returned %v, want the closure's error", err)
+	}
+	var ids []int
+	rows, _ := db.Pool.Query(ctx, `SELECT id FROM t ORDER BY id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{1}, ids); diff != "" {
+		t.Errorf("committed rows (-want +got):\n%s", diff)
+	}
+}
+
+func TestPurge(t *testing.T) {
+	db := open(t, pg.Options{})
+	ctx := context.Background()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 25)`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := db.Purge(ctx, `DELETE FROM t WHERE id IN (SELECT id FROM t WHERE id <= $1 LIMIT $2)`, 4, 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([2]int64{21, 4}, [2]int64{n, int64(left)}); diff != "" {
+		t.Errorf("[deleted, left] (-want +got):\n%s", diff)
+	}
+}

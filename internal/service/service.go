@@ -1,0 +1,78 @@
+// Package service is how every binary of the pipeline starts: a context that
+// ends on SIGINT or SIGTERM, a JSON slog logger on stderr carrying the
+// service's name, the configuration read from the environment, run(ctx)
+// error, and the exit code.
+//
+// A binary started with the single argument -config-vars prints the
+// variables its configuration reads, as JSON, and exits: the deployment tests
+// check docs/configuration.md and the manifests against that list.
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+)
+
+// ErrKey is the attribute key of an error in every log record.
+const ErrKey = "error"
+
+// ConfigVarsFlag is the argument that makes a binary print its variables.
+const ConfigVarsFlag = "-config-vars"
+
+// Main runs a service and exits: load reads its configuration through the
+// Loader (its variables and checks), run does its work until ctx ends. A
+// configuration error or an error from run is logged as "<name> failed" and
+// exits with status 1.
+func Main[C any](name string, load func(*config.Loader) C, run func(ctx context.Context, cfg C, logger *slog.Logger) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, name, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr, load, run)
+	stop()
+	os.Exit(code)
+}
+
+// Run is Main without the process: it returns the exit code. args are the
+// command-line arguments after the program name; only ConfigVarsFlag means
+// anything here.
+func Run[C any](ctx context.Context, name string, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer,
+	load func(*config.Loader) C, run func(ctx context.Context, cfg C, logger *slog.Logger) error) int {
+	logger := NewLogger(stderr, name)
+	if len(args) == 1 && args[0] == ConfigVarsFlag {
+		l := config.New(func(string) (string, bool) { return "", false })
+		load(l)
+		if err := json.NewEncoder(stdout).Encode(l.Vars()); err != nil {
+			logger.Error(name+" failed", ErrKey, err)
+			return 1
+		}
+		return 0
+	}
+	l := config.New(lookup)
+	cfg := load(l)
+	err := l.Err()
+	if err != nil {
+		err = fmt.Errorf("%s configuration: %w", name, err)
+	} else {
+		err = run(ctx, cfg, logger)
+	}
+	if err != nil {
+		logger.Error(name+" failed", ErrKey, err)
+		return 1
+	}
+	return 0
+}
+
+// NewLogger returns the JSON logger of service name writing to w; every
+// record carries "service": name.
+func NewLogger(w io.Writer, name string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, nil)).With("service", name)
+}
+
+// NoConfig is the load function of a program configured by flags alone.
+func NoConfig(*config.Loader) struct{} { return struct{}{} }

@@ -1,0 +1,119 @@
+package service_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/service"
+)
+
+type cfg struct{ URL string }
+
+func load(l *config.Loader) cfg { return cfg{URL: l.URL("DATABASE_URL", "postgres")} }
+
+func TestRun(t *testing.T) {
+	good := map[string]string{"DATABASE_URL": "postgres://h/db"}
+	tests := []struct {
+		name     string
+		env      map[string]string
+		runErr   error
+		wantCode int
+		wantLog  map[string]any // the attributes of the one record logged; nil for none
+	}{
+		{"success", good, nil, 0, nil},
+		{"run fails", good, errors.New("boom"), 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc", service.ErrKey: "boom"}},
+		{"bad configuration", map[string]string{}, nil, 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc",
+			service.ErrKey: "svc configuration: DATABASE_URL: is required"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			ran := false
+			code := service.Run(context.Background(), "svc", nil, config.FromMap(tc.env), &stdout, &stderr, load,
+				func(_ context.Context, c cfg, _ *slog.Logger) error {
+					ran = true
+					if c.URL != "postgres://h/db" {
+						t.Errorf("run got %+v", c)
+					}
+					return tc.runErr
+				})
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d", code, tc.wantCode)
+			}
+			if want := tc.env["DATABASE_URL"] != ""; ran != want {
+				t.Errorf("run called: %v, want %v", ran, want)
+			}
+			var got map[string]any
+			if stderr.Len() > 0 {
+				if err := json.Unmarshal([]byte(stderr.String()), &got); err != nil {
+					t.Fatalf("stderr is not one JSON record: %q", stderr.String())
+				}
+				delete(got, "time")
+			}
+			if diff := cmp.Diff(tc.wantLog, got); diff != "" {
+				t.Errorf("log record (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRunPrintsConfigVars(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := service.Run(context.Background(), "svc", []string{service.ConfigVarsFlag}, config.FromMap(nil), &stdout, &stderr, load,
+		func(context.Context, cfg, *slog.Logger) error { t.Error("run called"); return nil })
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got []config.Var
+	if err := json.Unmarshal([]byte(stdout.String()), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []config.Var{{Name: "DATABASE_URL", Kind: "URL", Required: true, Allowed: []string{"postgres"}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("vars (-want +got):\n%s", diff)
+	}
+}
+
+// TestOneErrorKey: log calls in this module put errors under ErrKey only.
+func TestOneErrorKey(t *testing.T) {
+	other := regexp.MustCompile(`(Debug|Info|Warn|Error)(Context)?\(.*"err", `)
+	root := filepath.Join("..", "..")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for n := 1; sc.Scan(); n++ {
+			if other.MatchString(sc.Text()) {
+				t.Errorf("%s:%d logs an error under \"err\"; use service.ErrKey (%q)", path, n, service.ErrKey)
+			}
+		}
+		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

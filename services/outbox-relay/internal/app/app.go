@@ -1,0 +1,57 @@
+// Package app wires outbox-relay together and runs it: the store, the Kafka
+// publisher, the relay service and its admin server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
+)
+
+// Run runs the relay until ctx ends or its admin server fails. adminReady,
+// when not nil, receives the admin server's address once it listens. It sets
+// the process's GC target to cfg.GCPercent.
+func Run(ctx context.Context, cfg relay.Config, logger *slog.Logger, adminReady chan<- string) error {
+	debug.SetGCPercent(cfg.GCPercent)
+	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	pub, err := publisher.New(cfg.Brokers, cfg.SendTimeout, events.NewRegistry(), logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := pub.Close(); err != nil {
+			logger.Warn("close Kafka producer", service.ErrKey, err)
+		}
+	}()
+	svc, err := relay.NewService(cfg, logger, st, pub)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	httpErr := make(chan error, 1)
+	go func() {
+		err := httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, svc.Handler()), adminReady)
+		cancel() // without its admin endpoint the node is not operable: stop it
+		httpErr <- err
+	}()
+	runErr := svc.Run(ctx)
+	cancel()
+	if err := <-httpErr; err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("admin server: %w", err))
+	}
+	return runErr
+}
