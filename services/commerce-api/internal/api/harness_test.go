@@ -64,7 +64,7 @@ type env struct {
 func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
-	st, err := store.Open(context.Background(), url, 16, events.NewRegistry())
+	st, err := store.Open(context.Background(), store.Config{URL: url, PoolSize: 16}, events.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,9 +93,24 @@ type response struct {
 	Body   []byte
 }
 
-// do sends a request (body "" for none; user "" for no X-User-ID) and checks
-// the response against the OpenAPI document. It is safe for concurrent use.
+// do sends a request (body "" for none; user "" for no X-User-ID) as a
+// JSON client would, with Content-Type application/json on every POST and
+// every body, and checks the response against the OpenAPI document. It is
+// safe for concurrent use.
 func (e *env) do(t *testing.T, method, path, user, body string) response {
+	t.Helper()
+	h := http.Header{}
+	if body != "" || method == http.MethodPost {
+		h.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		h.Set(api.UserHeader, user)
+	}
+	return e.send(t, method, path, h, body)
+}
+
+// send is do with exactly the given headers.
+func (e *env) send(t *testing.T, method, path string, h http.Header, body string) response {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -105,11 +120,8 @@ func (e *env) do(t *testing.T, method, path, user, body string) response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if user != "" {
-		req.Header.Set(api.UserHeader, user)
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
@@ -227,4 +239,5 @@ type problemBody struct {
 	Type, Title, Detail string
 	Status              int
 	Errors              []struct{ Pointer, Detail string }
+	ErrorsOmitted       int
 }
