@@ -54,6 +54,7 @@ func spec(t *testing.T) (*openapi3.T, routers.Router) {
 }
 
 type env struct {
+	url string // the test database
 	db  *storetest.DB
 	st  *store.Store
 	srv *httptest.Server
@@ -61,10 +62,21 @@ type env struct {
 
 // newEnv serves the real handler over a fresh database. with may adjust the
 // dependencies (for example to add a cache).
-func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
+func newEnv(t testing.TB, with ...func(*api.Deps)) *env {
+	t.Helper()
+	return newEnvStore(t, nil, with...)
+}
+
+// newEnvStore is newEnv whose store configuration cfg may adjust (nil for
+// the default).
+func newEnvStore(t testing.TB, cfg func(*store.Config), with ...func(*api.Deps)) *env {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
-	st, err := store.Open(context.Background(), store.Config{URL: url, PoolSize: 16}, events.NewRegistry())
+	sc := store.Config{URL: url, PoolSize: 16}
+	if cfg != nil {
+		cfg(&sc)
+	}
+	st, err := store.Open(context.Background(), sc, events.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +96,7 @@ func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{db: storetest.Open(t, url), st: st, srv: srv}
+	return &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
 }
 
 type response struct {
