@@ -37,6 +37,3 @@ func TestProblemForBackstops(t *testing.T) {
 		})
 	}
 }
-
-
-
