@@ -3,7 +3,12 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"io/fs"
+	"net"
+	neturl "net/url"
 	"testing"
+	"time"
 
 	"github.com/pressly/goose/v3"
 
@@ -38,4 +43,107 @@ func TestUpDownUp(t *testing.T) {
 	if err := migrations.Up(ctx, url); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
+}
+
+// Pods starting together each run the migrations (an init container per
+// pod): concurrent runs must all succeed and apply each migration once.
+func TestConcurrentUp(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 0); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { errs <- migrations.Up(ctx, url) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent up: %v", err)
+		}
+	}
+	var applied int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0 AND is_applied`).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(mustGlob(t)); applied != want {
+		t.Errorf("%d migrations recorded as applied, want %d (each once)", applied, want)
+	}
+}
+
+func mustGlob(t *testing.T) []string {
+	t.Helper()
+	m, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// WaitReady keeps trying while the port refuses connections, and succeeds
+// once the database answers there; it gives up after its timeout.
+func TestWaitReady(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	u, err := neturl.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused until the "server" starts below
+	target := u.Host
+	u.Host = addr
+
+	t.Run("gives up after the timeout", func(t *testing.T) {
+		start := time.Now()
+		attempts := 0
+		err := migrations.WaitReady(context.Background(), u.String(), 600*time.Millisecond, func(int, error) { attempts++ })
+		if err == nil || attempts < 2 || time.Since(start) > 5*time.Second {
+			t.Fatalf("WaitReady = %v after %d attempts and %s; want an error after several attempts", err, attempts, time.Since(start))
+		}
+	})
+
+	t.Run("succeeds once the server answers", func(t *testing.T) {
+		go func() {
+			time.Sleep(700 * time.Millisecond)
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			t.Cleanup(func() { ln.Close() })
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				d, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					continue
+				}
+				go func() { io.Copy(d, c); d.Close() }()
+				go func() { io.Copy(c, d); c.Close() }()
+			}
+		}()
+		attempts := 0
+		if err := migrations.WaitReady(context.Background(), u.String(), 20*time.Second, func(int, error) { attempts++ }); err != nil {
+			t.Fatal(err)
+		}
+		if attempts == 0 {
+			t.Error("the database answered at once; the test did not exercise a retry")
+		}
+	})
 }

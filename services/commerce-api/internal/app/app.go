@@ -19,7 +19,7 @@ import (
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
 // when not nil, receives the bound HTTP address.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
-	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DBPoolSize, events.NewRegistry())
+	st, err := store.Open(ctx, store.Config{URL: cfg.DatabaseURL, PoolSize: cfg.DBPoolSize, StatementTimeout: cfg.StatementTimeout}, events.NewRegistry())
 	if err != nil {
 		return err
 	}
@@ -27,10 +27,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	deps := api.Deps{
-		Store:   st,
-		Logger:  logger,
-		Metrics: reg,
-		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Store:          st,
+		Logger:         logger,
+		Metrics:        reg,
+		Checks:         map[string]httpserver.Check{"postgres": st.Ping},
+		RequestTimeout: cfg.RequestTimeout,
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)

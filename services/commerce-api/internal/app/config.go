@@ -15,6 +15,12 @@ type Config struct {
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
 	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
+	// RequestTimeout (REQUEST_TIMEOUT, default 5s) is the deadline of every
+	// request; one that runs out answers 503.
+	RequestTimeout time.Duration
+	// StatementTimeout (DB_STATEMENT_TIMEOUT, default 3s) bounds every SQL
+	// statement on the server, a backstop under the request deadline.
+	StatementTimeout time.Duration
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -22,11 +28,13 @@ type Config struct {
 func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	l := config.New(lookup)
 	c := Config{
-		DatabaseURL:     l.URL("DATABASE_URL", "postgres", "postgresql"),
-		HTTPAddr:        l.String("HTTP_ADDR", ":8080"),
-		DBPoolSize:      l.PositiveInt("DB_POOL_SIZE", 20),
-		RedisURL:        l.String("REDIS_URL", ""),
-		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
+		HTTPAddr:         l.String("HTTP_ADDR", ":8080"),
+		DBPoolSize:       l.PositiveInt("DB_POOL_SIZE", 20),
+		RedisURL:         l.String("REDIS_URL", ""),
+		ProductCacheTTL:  l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+		RequestTimeout:   l.Duration("REQUEST_TIMEOUT", 5*time.Second),
+		StatementTimeout: l.Duration("DB_STATEMENT_TIMEOUT", 3*time.Second),
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {

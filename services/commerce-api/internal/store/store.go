@@ -8,12 +8,20 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -30,7 +38,25 @@ var (
 	ErrNotFound          = errors.New("not found")
 	ErrConflict          = errors.New("conflict")
 	ErrInsufficientStock = errors.New("insufficient stock")
+	// ErrInvalidInput is a value the database refused as data (SQLSTATE
+	// class 22: invalid text, out of range, ...). The API validates input
+	// first; this is the backstop that keeps such a value a client error.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrUnavailable means the database could not be reached or is not
+	// serving: connection refused or lost, shutting down or starting up
+	// (SQLSTATE 57P01-57P03, class 08), too many connections, a statement
+	// timeout or a deadline. Retrying later can succeed.
+	ErrUnavailable = errors.New("database unavailable")
 )
+
+// Config says how to connect.
+type Config struct {
+	URL      string
+	PoolSize int // the most connections open at once
+	// StatementTimeout bounds every statement on the server side
+	// (statement_timeout); zero leaves the server's setting.
+	StatementTimeout time.Duration
+}
 
 // Store holds the connection pool.
 type Store struct {
@@ -39,24 +65,29 @@ type Store struct {
 	reg *events.Registry
 }
 
-// Open connects to databaseURL with at most poolSize connections and checks
-// that the database answers.
-func Open(ctx context.Context, databaseURL string, poolSize int, reg *events.Registry) (*Store, error) {
-	db, err := gorm.Open(postgres.Open(databaseURL), &gorm.Config{
+// Open connects as cfg says and checks that the database answers.
+func Open(ctx context.Context, cfg Config, reg *events.Registry) (*Store, error) {
+	pgCfg, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		// The parse error quotes the URL, password included.
+		return nil, errors.New("open database: the URL does not parse")
+	}
+	if cfg.StatementTimeout > 0 {
+		pgCfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	sqlDB := stdlib.OpenDB(*pgCfg)
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
 		// Every write here runs in an explicit transaction; gorm's implicit
 		// one per statement would only add BEGIN/COMMIT round trips.
 		SkipDefaultTransaction: true,
 		Logger:                 logger.Discard,
 	})
 	if err != nil {
+		sqlDB.Close()
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	sqlDB.SetMaxOpenConns(poolSize)
-	sqlDB.SetMaxIdleConns(poolSize)
+	sqlDB.SetMaxOpenConns(cfg.PoolSize)
+	sqlDB.SetMaxIdleConns(cfg.PoolSize)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, sql: sqlDB, reg: reg}
 	if err := s.Ping(ctx); err != nil {
@@ -72,7 +103,7 @@ func (s *Store) Close() error { return s.sql.Close() }
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.sql.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping database: %w", err)
+		return fmt.Errorf("ping database: %w", mapErr(err))
 	}
 	return nil
 }
@@ -124,12 +155,47 @@ func mapErr(err error) error {
 	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
-		switch pg.Code {
-		case "23505": // unique_violation
+		switch {
+		case pg.Code == "23505": // unique_violation
 			return fmt.Errorf("%w: %w", ErrConflict, err)
-		case "23503": // foreign_key_violation
+		case pg.Code == "23503": // foreign_key_violation
 			return fmt.Errorf("%w: %w", ErrNotFound, err)
+		case strings.HasPrefix(pg.Code, "22"): // data_exception
+			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		case unavailableCode(pg.Code):
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+		return err
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailableCode reports whether a SQLSTATE says the server is not serving
+// now but may be soon.
+func unavailableCode(code string) bool {
+	switch code {
+	case "57P01", // admin_shutdown: "terminating connection due to administrator command"
+		"57P02", // crash_shutdown
+		"57P03", // cannot_connect_now: starting up or in recovery
+		"53300", // too_many_connections
+		"57014": // query_canceled: the statement timeout fired
+		return true
+	}
+	return strings.HasPrefix(code, "08") // connection_exception
+}
+
+// unavailable reports whether err is a failure to reach the server, or the
+// loss of a connection mid-statement, rather than an answer from it.
+func unavailable(err error) bool {
+	var (
+		connect *pgconn.ConnectError
+		netErr  net.Error
+	)
+	return errors.As(err, &connect) || errors.As(err, &netErr) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || pgconn.SafeToRetry(err)
 }
