@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -425,5 +426,31 @@ func TestComposeFirstRun(t *testing.T) {
 	}
 	if logDir == "" || !inVolume {
 		t.Errorf("Kafka's log (KAFKA_LOG_DIRS=%q) must be in a named volume; volumes %+v", logDir, kafka.Volumes)
+	}
+}
+
+// TestComposeSmokeScript: the first-run script a user with Docker runs
+// exists, parses, starts from fresh volumes with --wait and cleans up, and
+// is not part of `make test` (which runs without a Docker engine).
+func TestComposeSmokeScript(t *testing.T) {
+	const path = "scripts/compose-smoke.sh"
+	info, err := os.Stat(filepath.Join(root, path))
+	if err != nil || info.Mode()&0o111 == 0 {
+		t.Fatalf("%s must exist and be executable: %v", path, err)
+	}
+	if out, err := exec.Command("bash", "-n", filepath.Join(root, path)).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n %s: %v\n%s", path, err, out)
+	}
+	script := string(readFile(t, path))
+	for _, want := range []string{"up --build --detach --wait", "down -v", "docker stop", "relay_lease"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("%s lacks %q", path, want)
+		}
+	}
+	if strings.Contains(string(readFile(t, "Makefile")), "compose-smoke") {
+		t.Error("the Makefile runs compose-smoke.sh; it needs Docker and must stay out of make test")
+	}
+	if !strings.Contains(string(readFile(t, "README.md")), "not part of `make test`") {
+		t.Error("README.md must say compose-smoke.sh is not part of make test")
 	}
 }

@@ -404,3 +404,31 @@ func TestKustomizeOverlay(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployReadme: the commands deploy/README.md gives put the Secret in
+// the overlay's namespace and never wait without a bound.
+func TestDeployReadme(t *testing.T) {
+	text := string(readFile(t, "deploy/README.md"))
+	waits, secrets := 0, 0
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "kubectl") && strings.Contains(line, " wait ") {
+			waits++
+			if !strings.Contains(line, "--timeout=") {
+				t.Errorf("%q waits without --timeout", line)
+			}
+		}
+		if strings.HasPrefix(line, "kubectl") && strings.Contains(line, "create secret") {
+			secrets++
+			if !strings.Contains(line, "-n commerce") {
+				t.Errorf("%q does not create the Secret in the overlay's namespace", line)
+			}
+		}
+	}
+	if waits == 0 || secrets == 0 {
+		t.Errorf("deploy/README.md gives %d kubectl wait and %d create secret commands; want both", waits, secrets)
+	}
+	if !strings.Contains(text, "overlays/example") {
+		t.Error("deploy/README.md does not point at the example overlay")
+	}
+}

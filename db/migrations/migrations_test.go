@@ -3,7 +3,6 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
-	"io"
 	"io/fs"
 	"net"
 	neturl "net/url"
@@ -20,19 +19,7 @@ import (
 // deploy can be reverted.
 func TestUpDownUp(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.DatabaseURL(t) // already migrated up
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		t.Fatalf("down: %v", err)
-	}
+	url, db := migratedDown(t)
 	var tables int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`).Scan(&tables); err != nil {
 		t.Fatal(err)
@@ -49,19 +36,7 @@ func TestUpDownUp(t *testing.T) {
 // pod): concurrent runs must all succeed and apply each migration once.
 func TestConcurrentUp(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.DatabaseURL(t)
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		t.Fatalf("down: %v", err)
-	}
+	url, db := migratedDown(t)
 	errs := make(chan error, 3)
 	for range 3 {
 		go func() { errs <- migrations.Up(ctx, url) }()
@@ -78,6 +53,26 @@ func TestConcurrentUp(t *testing.T) {
 	if want := len(mustGlob(t)); applied != want {
 		t.Errorf("%d migrations recorded as applied, want %d (each once)", applied, want)
 	}
+}
+
+// migratedDown returns a fresh database (testenv migrates it up) after
+// migrating it down to nothing, and a connection to it.
+func migratedDown(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(context.Background(), 0); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	return url, db
 }
 
 func mustGlob(t *testing.T) []string {
@@ -116,28 +111,7 @@ func TestWaitReady(t *testing.T) {
 	})
 
 	t.Run("succeeds once the server answers", func(t *testing.T) {
-		go func() {
-			time.Sleep(700 * time.Millisecond)
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			t.Cleanup(func() { ln.Close() })
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				d, err := net.Dial("tcp", target)
-				if err != nil {
-					c.Close()
-					continue
-				}
-				go func() { io.Copy(d, c); d.Close() }()
-				go func() { io.Copy(c, d); c.Close() }()
-			}
-		}()
+		time.AfterFunc(700*time.Millisecond, func() { testenv.NewProxy(t, addr, target) })
 		attempts := 0
 		if err := migrations.WaitReady(context.Background(), u.String(), 20*time.Second, func(int, error) { attempts++ }); err != nil {
 			t.Fatal(err)

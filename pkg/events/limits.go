@@ -36,7 +36,7 @@ const (
 
 // ErrInvalidUserID is returned by [ValidateUserID]; it says what a user id
 // may contain.
-var ErrInvalidUserID = errors.New("a user id must be 1 to 64 bytes of ASCII letters, digits and . _ - @ + :")
+var ErrInvalidUserID = errors.New("a user id must be 1 to 64 bytes of ASCII letters, digits and the symbols . _ - @ + : only")
 
 // ValidateUserID reports whether id is a valid user id: 1 to
 // [MaxUserIDBytes] bytes, each an ASCII letter, digit, or one of

@@ -72,10 +72,10 @@ func NewHandler(d Deps) (http.Handler, error) {
 		r.Use(deadline(d.RequestTimeout))
 	}
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return newRequestError(http.StatusNotFound, "no route for "+r.URL.Path)
+		return newRequestError(http.StatusNotFound, "no route for "+quoteShort(r.URL.Path))
 	}))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return newRequestError(http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		return newRequestError(http.StatusMethodNotAllowed, "method "+quoteShort(r.Method)+" is not allowed on "+quoteShort(r.URL.Path))
 	}))
 	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {

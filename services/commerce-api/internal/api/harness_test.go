@@ -111,6 +111,11 @@ type response struct {
 // safe for concurrent use.
 func (e *env) do(t *testing.T, method, path, user, body string) response {
 	t.Helper()
+	return e.send(t, method, path, jsonHeaders(method, user, body), body)
+}
+
+// jsonHeaders are the headers do sends.
+func jsonHeaders(method, user, body string) http.Header {
 	h := http.Header{}
 	if body != "" || method == http.MethodPost {
 		h.Set("Content-Type", "application/json")
@@ -118,7 +123,7 @@ func (e *env) do(t *testing.T, method, path, user, body string) response {
 	if user != "" {
 		h.Set(api.UserHeader, user)
 	}
-	return e.send(t, method, path, h, body)
+	return h
 }
 
 // send is do with exactly the given headers.

@@ -50,6 +50,9 @@ func (e *env) checkProblem(t *testing.T, tc hostileCase) problemBody {
 	var pointers []string
 	for _, fe := range pb.Errors {
 		pointers = append(pointers, fe.Pointer)
+		if fe.Detail == "" {
+			t.Errorf("field %s has no detail", fe.Pointer)
+		}
 	}
 	if diff := cmp.Diff(tc.pointers, pointers); diff != "" {
 		t.Errorf("field problems (-want +got):\n%s\nbody: %s", diff, r.Body)

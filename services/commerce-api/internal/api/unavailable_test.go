@@ -3,16 +3,15 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
@@ -53,52 +52,6 @@ func (e *env) waitForLockWaiter(t *testing.T) int64 {
 	return 0
 }
 
-// proxy forwards TCP connections to the database until closed; then its
-// port refuses connections, as a stopped server's does.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, d)
-			p.mu.Unlock()
-			go func() { io.Copy(d, c); d.Close() }()
-			go func() { io.Copy(c, d); c.Close() }()
-		}
-	}()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *proxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // TestDatabaseUnavailable takes the database away in each way seen or
 // possible (terminated, unreachable, too slow) while requests run: each gets
 // a 503 with Retry-After and a problem that does not quote the driver, and
@@ -135,18 +88,10 @@ func TestDatabaseUnavailable(t *testing.T) {
 	})
 
 	t.Run("database unreachable", func(t *testing.T) {
-		var px *proxy
-		e := newEnvStore(t, func(c *store.Config) {
-			u, err := url.Parse(c.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			px = newProxy(t, u.Host)
-			u.Host = px.ln.Addr().String()
-			c.URL = u.String()
-		})
+		var px *testenv.Proxy
+		e := newEnvStore(t, func(c *store.Config) { c.URL, px = testenv.ProxyURL(t, c.URL) })
 		p := e.createProduct(t, "lamp", 1, 1)
-		px.close()
+		px.Close()
 		for _, path := range []string{fmt.Sprintf("/api/v1/products/%d/likes", p), "/api/v1/orders"} {
 			tc := unavailable(path)
 			if path == "/api/v1/orders" {
@@ -159,7 +104,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 			t.Errorf("/readyz = %d %s", r.Status, r.Body)
 		}
 		u, _ := url.Parse(e.url)
-		for _, secret := range []string{px.ln.Addr().String(), u.Hostname(), u.User.Username(), strings.TrimPrefix(u.Path, "/")} {
+		for _, secret := range []string{px.Addr(), u.Hostname(), u.User.Username(), strings.TrimPrefix(u.Path, "/")} {
 			if secret != "" && strings.Contains(string(r.Body), secret) {
 				t.Errorf("/readyz tells %q: %s", secret, r.Body)
 			}
