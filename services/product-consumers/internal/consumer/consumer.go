@@ -111,6 +111,11 @@ func (h *Handlers) count(consumer, outcome string, n int) {
 // a domain event. Anything that is not one of ours fails permanently: no
 // retry can make it decodable.
 func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, error) {
+	if n := len(r.Value); n > events.MaxRecordBytes {
+		// Refused before decoding: a forged record must not cost the
+		// consumer the memory and time to parse it.
+		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: record of %d bytes exceeds %d", events.ErrBadData, n, events.MaxRecordBytes))
+	}
 	cm := &sarama.ConsumerMessage{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 	for _, hd := range r.Headers {
 		cm.Headers = append(cm.Headers, &sarama.RecordHeader{Key: hd.Key, Value: hd.Value})
