@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,8 +42,15 @@ var listenVar = map[string]string{
 // which validates it against the Compose schema, with every profile on.
 func loadCompose(t *testing.T) *types.Project {
 	t.Helper()
+	return loadComposeEnv(t, nil)
+}
+
+// loadComposeEnv is loadCompose with the given variables in the
+// environment ("NAME=value").
+func loadComposeEnv(t *testing.T, environ []string) *types.Project {
+	t.Helper()
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
-		cli.WithWorkingDirectory(root), cli.WithEnv(nil), cli.WithProfiles([]string{"observability"}))
+		cli.WithWorkingDirectory(root), cli.WithEnv(environ), cli.WithProfiles([]string{"observability"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +265,7 @@ func TestComposeTopics(t *testing.T) {
 	}
 	published := false
 	for _, port := range p.Services["kafka"].Ports {
-		published = published || port.Target == 9094 && port.Published == "9094"
+		published = published || port.Target == 9094 && port.Published == "9094" && port.HostIP == "127.0.0.1"
 	}
 	if !published {
 		t.Error("Kafka's host listener 9094 is not published")
@@ -336,5 +344,105 @@ func TestComposeObservability(t *testing.T) {
 				t.Errorf("%s mounts %s: %v", svc, v.Source, err)
 			}
 		}
+	}
+}
+
+// hostPorts are the compose services that publish a port, by the variable
+// that moves it and its default.
+var hostPorts = map[string]struct {
+	env  string
+	def  string
+	port uint32
+}{
+	"postgres":          {"POSTGRES_HOST_PORT", "5432", 5432},
+	"redis":             {"REDIS_HOST_PORT", "6379", 6379},
+	"kafka":             {"KAFKA_HOST_PORT", "9094", 9094},
+	"commerce-api":      {"API_HOST_PORT", "8080", 8080},
+	"product-consumers": {"CONSUMERS_HOST_PORT", "8082", 8082},
+	"prometheus":        {"PROMETHEUS_HOST_PORT", "9090", 9090},
+	"grafana":           {"GRAFANA_HOST_PORT", "3000", 3000},
+}
+
+// TestComposeFirstRun checks what a first `docker compose up` on a machine
+// that may already run PostgreSQL and Redis depends on: the PostgreSQL
+// health check uses TCP (the image's init-time server listens on the socket
+// only), migrate waits for the database, every port is published on
+// 127.0.0.1 only and can be moved by a variable (Kafka advertising the moved
+// port), and Kafka keeps its log in a volume.
+func TestComposeFirstRun(t *testing.T) {
+	p := loadCompose(t)
+	hc := strings.Join(p.Services["postgres"].HealthCheck.Test, " ")
+	if !strings.Contains(hc, "pg_isready") || !strings.Contains(hc, "-h 127.0.0.1") {
+		t.Errorf("the PostgreSQL health check must connect over TCP (pg_isready -h 127.0.0.1), got %q", hc)
+	}
+	if d, err := time.ParseDuration(env(p.Services["migrate"])["MIGRATE_CONNECT_TIMEOUT"]); err != nil || d < 30*time.Second {
+		t.Errorf("migrate must retry its connection for a while (MIGRATE_CONNECT_TIMEOUT ≥ 30s), got %q", env(p.Services["migrate"])["MIGRATE_CONNECT_TIMEOUT"])
+	}
+
+	moved := []string{}
+	for _, hp := range hostPorts {
+		moved = append(moved, hp.env+"=1"+hp.def)
+	}
+	pm := loadComposeEnv(t, moved)
+	for name, s := range p.Services {
+		for _, port := range s.Ports {
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("%s publishes %d on %q; bind it to 127.0.0.1", name, port.Target, port.HostIP)
+			}
+		}
+		hp, ok := hostPorts[name]
+		if !ok {
+			if len(s.Ports) != 0 {
+				t.Errorf("%s publishes %v; add it to hostPorts with a variable to move it", name, s.Ports)
+			}
+			continue
+		}
+		check := func(proj *types.Project, want string) {
+			ports := proj.Services[name].Ports
+			if len(ports) != 1 || ports[0].Target != hp.port || ports[0].Published != want {
+				t.Errorf("%s with %s: ports %+v, want %s → %d", name, hp.env, ports, want, hp.port)
+			}
+		}
+		check(p, hp.def)
+		check(pm, "1"+hp.def)
+	}
+	if got := env(pm.Services["kafka"])["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(got, "EXTERNAL://localhost:19094") {
+		t.Errorf("Kafka on a moved port must advertise it: %s", got)
+	}
+
+	kafka := p.Services["kafka"]
+	logDir := env(kafka)["KAFKA_LOG_DIRS"]
+	inVolume := false
+	for _, v := range kafka.Volumes {
+		inVolume = inVolume || v.Type == types.VolumeTypeVolume && v.Target == logDir && p.Volumes[v.Source].Name != ""
+	}
+	if logDir == "" || !inVolume {
+		t.Errorf("Kafka's log (KAFKA_LOG_DIRS=%q) must be in a named volume; volumes %+v", logDir, kafka.Volumes)
+	}
+}
+
+// TestComposeSmokeScript: the first-run script a user with Docker runs
+// exists, parses, starts from fresh volumes with --wait and cleans up, and
+// is not part of `make test` (which runs without a Docker engine).
+func TestComposeSmokeScript(t *testing.T) {
+	const path = "scripts/compose-smoke.sh"
+	info, err := os.Stat(filepath.Join(root, path))
+	if err != nil || info.Mode()&0o111 == 0 {
+		t.Fatalf("%s must exist and be executable: %v", path, err)
+	}
+	if out, err := exec.Command("bash", "-n", filepath.Join(root, path)).CombinedOutput(); err != nil {
+		t.Fatalf("bash -n %s: %v\n%s", path, err, out)
+	}
+	script := string(readFile(t, path))
+	for _, want := range []string{"up --build --detach --wait", "down -v", "docker stop", "relay_lease"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("%s lacks %q", path, want)
+		}
+	}
+	if strings.Contains(string(readFile(t, "Makefile")), "compose-smoke") {
+		t.Error("the Makefile runs compose-smoke.sh; it needs Docker and must stay out of make test")
+	}
+	if !strings.Contains(string(readFile(t, "README.md")), "not part of `make test`") {
+		t.Error("README.md must say compose-smoke.sh is not part of make test")
 	}
 }

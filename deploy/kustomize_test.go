@@ -3,10 +3,12 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,15 +27,16 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// kafkaTopic is the part of Strimzi's KafkaTopic (kafka.strimzi.io/v1beta2)
+// kafkaTopic is the part of Strimzi's KafkaTopic (kafka.strimzi.io/v1)
 // the base uses. The CRD is not in the client-go scheme, so it is decoded
 // strictly into this: an unknown or misspelt field fails.
 type kafkaTopic struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name   string            `json:"name"`
-		Labels map[string]string `json:"labels"`
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
 		TopicName  string `json:"topicName"`
@@ -55,6 +58,7 @@ type rendered struct {
 	jobs        map[string]*batchv1.Job
 	configMaps  map[string]*corev1.ConfigMap
 	topics      []kafkaTopic
+	namespaces  []string // of every object
 }
 
 // renderBase builds deploy/k8s/base as kubectl apply -k would and decodes
@@ -62,8 +66,14 @@ type rendered struct {
 // KafkaTopic into its struct.
 func renderBase(t *testing.T) rendered {
 	t.Helper()
+	return render(t, "deploy/k8s/base")
+}
+
+// render builds the kustomization in dir and decodes it as renderBase does.
+func render(t *testing.T, dir string) rendered {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	abs, err := filepath.Abs(filepath.Join(root, "deploy/k8s/base"))
+	abs, err := filepath.Abs(filepath.Join(root, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +91,7 @@ func renderBase(t *testing.T) rendered {
 		if err != nil {
 			t.Fatal(err)
 		}
+		r.namespaces = append(r.namespaces, res.GetNamespace())
 		if res.GetKind() == "KafkaTopic" {
 			j, err := res.MarshalJSON()
 			if err != nil {
@@ -152,6 +163,8 @@ func TestKustomizeServices(t *testing.T) {
 			if c.Image != "commerce-pipeline/"+svc+":dev" {
 				t.Errorf("image %q", c.Image)
 			}
+			checkMigrateInit(t, r, pod.Spec)
+			checkMemoryLimit(t, c)
 			set := containerEnv(t, r, c)
 			checkEnv(t, svc, set)
 			_, port, err := net.SplitHostPort(set[listenVar[svc]])
@@ -207,12 +220,65 @@ func TestKustomizeServices(t *testing.T) {
 		t.Errorf("HPA maxReplicas %d exceeds the 3 partitions per topic", max)
 	}
 
-	job, ok := r.jobs["migrate"]
-	if !ok {
-		t.Fatal("no migration Job")
+	// A Job's pod template is immutable: re-applying the base with a new
+	// migrate tag would fail. Migrations run as init containers instead.
+	if len(r.jobs) != 0 {
+		t.Errorf("the base has Jobs %v; run migrations as init containers", slices.Collect(maps.Keys(r.jobs)))
 	}
-	checkPodSecurity(t, job.Spec.Template.Spec)
-	checkEnv(t, "migrate", containerEnv(t, r, job.Spec.Template.Spec.Containers[0]))
+}
+
+// checkMigrateInit: the pod runs the migrations before its service starts,
+// waiting for the database a bounded time.
+func checkMigrateInit(t *testing.T, r rendered, spec corev1.PodSpec) {
+	t.Helper()
+	if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "commerce-pipeline/migrate:dev" {
+		t.Errorf("want one init container running commerce-pipeline/migrate:dev, got %+v", spec.InitContainers)
+		return
+	}
+	set := containerEnv(t, r, spec.InitContainers[0])
+	checkEnv(t, "migrate", set)
+	if set["MIGRATE_CONNECT_TIMEOUT"] == "" {
+		t.Error("the migrate init container must set MIGRATE_CONNECT_TIMEOUT (the database may start with the pods)")
+	}
+}
+
+// goRuntimeVars are read by the Go runtime, not by a configuration struct.
+var goRuntimeVars = map[string]bool{"GOMEMLIMIT": true, "MEMORY_LIMIT_MIB": true}
+
+// checkMemoryLimit: GOMEMLIMIT is derived from the container's own memory
+// limit (the relay raises GOGC, so without it the heap could grow to the
+// OOM killer), in a form the runtime parses, below the limit.
+func checkMemoryLimit(t *testing.T, c corev1.Container) {
+	t.Helper()
+	var mib, limit *corev1.EnvVar
+	for i, e := range c.Env {
+		switch e.Name {
+		case "MEMORY_LIMIT_MIB":
+			mib = &c.Env[i]
+		case "GOMEMLIMIT":
+			limit = &c.Env[i]
+			if mib == nil {
+				t.Error("GOMEMLIMIT comes before MEMORY_LIMIT_MIB, so $(MEMORY_LIMIT_MIB) does not expand")
+			}
+		}
+	}
+	if mib == nil || limit == nil {
+		t.Fatalf("container %s must set MEMORY_LIMIT_MIB and GOMEMLIMIT", c.Name)
+	}
+	ref := mib.ValueFrom
+	if ref == nil || ref.ResourceFieldRef == nil || ref.ResourceFieldRef.Resource != "limits.memory" ||
+		ref.ResourceFieldRef.ContainerName != c.Name || ref.ResourceFieldRef.Divisor.String() != "1Mi" {
+		t.Errorf("MEMORY_LIMIT_MIB must be the container's limits.memory in 1Mi: %+v", ref)
+	}
+	// Expand as the kubelet does, with the container's limit, and parse as
+	// the runtime does (a number and a unit suffix).
+	n := c.Resources.Limits.Memory().Value() >> 20
+	v := strings.ReplaceAll(limit.Value, "$(MEMORY_LIMIT_MIB)", strconv.FormatInt(n, 10))
+	num, ok := strings.CutSuffix(v, "B")
+	bytes, err := strconv.ParseInt(num, 10, 64)
+	if !ok || err != nil || bytes <= 0 || bytes >= c.Resources.Limits.Memory().Value() || bytes < c.Resources.Limits.Memory().Value()*9/10 {
+		t.Errorf("GOMEMLIMIT %q expands to %q: want bytes between 90 %% and 100 %% of the %s limit", limit.Value, v, c.Resources.Limits.Memory())
+	}
 }
 
 func containerPort(c corev1.Container, nameOrNumber string) int32 {
@@ -246,6 +312,8 @@ func containerEnv(t *testing.T, r rendered, c corev1.Container) map[string]strin
 	}
 	for _, e := range c.Env {
 		switch {
+		case goRuntimeVars[e.Name]:
+			// Checked by checkMemoryLimit.
 		case e.ValueFrom == nil:
 			set[e.Name] = e.Value
 		case e.ValueFrom.SecretKeyRef != nil:
@@ -269,7 +337,7 @@ func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
 	if sc := spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 		t.Error("pod must set runAsNonRoot")
 	}
-	for _, c := range spec.Containers {
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 		sc := c.SecurityContext
 		switch {
 		case sc == nil:
@@ -295,7 +363,8 @@ func TestKustomizeTopics(t *testing.T) {
 	var got []string
 	for _, kt := range r.topics {
 		got = append(got, kt.Spec.TopicName)
-		if kt.APIVersion != "kafka.strimzi.io/v1beta2" || kt.Metadata.Labels["strimzi.io/cluster"] == "" {
+		// Strimzi 1.0 serves only v1.
+		if kt.APIVersion != "kafka.strimzi.io/v1" || kt.Metadata.Labels["strimzi.io/cluster"] == "" {
 			t.Errorf("%s: apiVersion %s, labels %v", kt.Metadata.Name, kt.APIVersion, kt.Metadata.Labels)
 		}
 		c := kt.Spec.Config
@@ -309,5 +378,57 @@ func TestKustomizeTopics(t *testing.T) {
 	slices.Sort(want)
 	if diff := cmpDiff(want, got); diff != "" {
 		t.Errorf("KafkaTopics differ from pkg/events (-want +got):\n%s", diff)
+	}
+}
+
+// TestKustomizeOverlay: the example overlay the README documents puts every
+// object in its namespace (the Secret the pods read is namespaced too) and
+// every image, init containers included, in a registry.
+func TestKustomizeOverlay(t *testing.T) {
+	r := render(t, "deploy/k8s/overlays/example")
+	for _, ns := range r.namespaces {
+		if ns != "commerce" {
+			t.Errorf("an object in namespace %q, want commerce", ns)
+		}
+	}
+	if len(r.deployments) != 3 {
+		t.Fatalf("%d Deployments, want 3", len(r.deployments))
+	}
+	for name, d := range r.deployments {
+		spec := d.Spec.Template.Spec
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			host, _, _ := strings.Cut(c.Image, "/")
+			if !strings.Contains(host, ".") || !strings.Contains(c.Image, ":") || strings.HasSuffix(c.Image, ":dev") {
+				t.Errorf("%s container %s image %q: want registry/name:tag", name, c.Name, c.Image)
+			}
+		}
+	}
+}
+
+// TestDeployReadme: the commands deploy/README.md gives put the Secret in
+// the overlay's namespace and never wait without a bound.
+func TestDeployReadme(t *testing.T) {
+	text := string(readFile(t, "deploy/README.md"))
+	waits, secrets := 0, 0
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "kubectl") && strings.Contains(line, " wait ") {
+			waits++
+			if !strings.Contains(line, "--timeout=") {
+				t.Errorf("%q waits without --timeout", line)
+			}
+		}
+		if strings.HasPrefix(line, "kubectl") && strings.Contains(line, "create secret") {
+			secrets++
+			if !strings.Contains(line, "-n commerce") {
+				t.Errorf("%q does not create the Secret in the overlay's namespace", line)
+			}
+		}
+	}
+	if waits == 0 || secrets == 0 {
+		t.Errorf("deploy/README.md gives %d kubectl wait and %d create secret commands; want both", waits, secrets)
+	}
+	if !strings.Contains(text, "overlays/example") {
+		t.Error("deploy/README.md does not point at the example overlay")
 	}
 }

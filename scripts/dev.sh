@@ -3,7 +3,9 @@
 # foreground, until Ctrl-C: PostgreSQL (DATABASE_URL, or the machine's own
 # server), Redis (REDIS_URL, or a local one), the in-process dev Kafka broker
 # with every topic, the migrations, and the three services. Ctrl-C or SIGTERM
-# stops every process it started.
+# stops the broker and the three services; a PostgreSQL cluster or Redis it
+# had to start keeps running (they are the machine's own, shared with the
+# tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -74,7 +76,7 @@ wait_http product-consumers "http://$CONSUMERS_ADMIN/readyz"
 
 cat <<MSG
 
-The pipeline is running. Ctrl-C stops it.
+The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL and Redis keep running).
 
   commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
   outbox-relay admin  http://$RELAY_ADMIN/metrics
@@ -85,10 +87,10 @@ The pipeline is running. Ctrl-C stops it.
   logs                $STATE/logs/
 
 Try:
-  curl -s -XPOST localhost:8080/api/v1/products -d '{"name":"Keyboard","price":50000,"stock":3}'
+  curl -s -XPOST localhost:8080/api/v1/products -H 'Content-Type: application/json' -d '{"name":"Keyboard","price":50000,"stock":3}'
   curl -s -XPOST localhost:8080/api/v1/products/1/likes -H 'X-User-ID: alice'
   curl -s localhost:8080/api/v1/products/1 -H 'X-User-ID: bob'
-  curl -s -XPOST localhost:8080/api/v1/orders -H 'X-User-ID: bob' -d '{"items":[{"productId":1,"quantity":2}]}'
+  curl -s -XPOST localhost:8080/api/v1/orders -H 'X-User-ID: bob' -H 'Content-Type: application/json' -d '{"items":[{"productId":1,"quantity":2}]}'
   curl -s -XPOST localhost:8080/api/v1/orders/1/payments -H 'X-User-ID: bob'
   curl -s 'localhost:8080/api/v1/products?sort=likes_desc'
 

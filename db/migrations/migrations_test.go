@@ -3,7 +3,11 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"io/fs"
+	"net"
+	neturl "net/url"
 	"testing"
+	"time"
 
 	"github.com/pressly/goose/v3"
 
@@ -15,19 +19,7 @@ import (
 // deploy can be reverted.
 func TestUpDownUp(t *testing.T) {
 	ctx := context.Background()
-	url := testenv.DatabaseURL(t) // already migrated up
-	db, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.DownTo(ctx, 0); err != nil {
-		t.Fatalf("down: %v", err)
-	}
+	url, db := migratedDown(t)
 	var tables int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'`).Scan(&tables); err != nil {
 		t.Fatal(err)
@@ -38,4 +30,94 @@ func TestUpDownUp(t *testing.T) {
 	if err := migrations.Up(ctx, url); err != nil {
 		t.Fatalf("up again: %v", err)
 	}
+}
+
+// Pods starting together each run the migrations (an init container per
+// pod): concurrent runs must all succeed and apply each migration once.
+func TestConcurrentUp(t *testing.T) {
+	ctx := context.Background()
+	url, db := migratedDown(t)
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { errs <- migrations.Up(ctx, url) }()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent up: %v", err)
+		}
+	}
+	var applied int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0 AND is_applied`).Scan(&applied); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(mustGlob(t)); applied != want {
+		t.Errorf("%d migrations recorded as applied, want %d (each once)", applied, want)
+	}
+}
+
+// migratedDown returns a fresh database (testenv migrates it up) after
+// migrating it down to nothing, and a connection to it.
+func migratedDown(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	url := testenv.DatabaseURL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(context.Background(), 0); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	return url, db
+}
+
+func mustGlob(t *testing.T) []string {
+	t.Helper()
+	m, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// WaitReady keeps trying while the port refuses connections, and succeeds
+// once the database answers there; it gives up after its timeout.
+func TestWaitReady(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	u, err := neturl.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // refused until the "server" starts below
+	target := u.Host
+	u.Host = addr
+
+	t.Run("gives up after the timeout", func(t *testing.T) {
+		start := time.Now()
+		attempts := 0
+		err := migrations.WaitReady(context.Background(), u.String(), 600*time.Millisecond, func(int, error) { attempts++ })
+		if err == nil || attempts < 2 || time.Since(start) > 5*time.Second {
+			t.Fatalf("WaitReady = %v after %d attempts and %s; want an error after several attempts", err, attempts, time.Since(start))
+		}
+	})
+
+	t.Run("succeeds once the server answers", func(t *testing.T) {
+		time.AfterFunc(700*time.Millisecond, func() { testenv.NewProxy(t, addr, target) })
+		attempts := 0
+		if err := migrations.WaitReady(context.Background(), u.String(), 20*time.Second, func(int, error) { attempts++ }); err != nil {
+			t.Fatal(err)
+		}
+		if attempts == 0 {
+			t.Error("the database answered at once; the test did not exercise a retry")
+		}
+	})
 }

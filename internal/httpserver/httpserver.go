@@ -71,28 +71,59 @@ type Check func(ctx context.Context) error
 // DatabaseCheck is the name of every service's PostgreSQL readiness check.
 const DatabaseCheck = "database"
 
+// OpsOption adjusts [Ops].
+type OpsOption func(*opsConfig)
+
+type opsConfig struct{ logger *slog.Logger }
+
+// WithLogger logs the error of each failed readiness check, which /readyz
+// itself does not show.
+func WithLogger(l *slog.Logger) OpsOption {
+	return func(c *opsConfig) { c.logger = l }
+}
+
+// ReadyTimeout bounds all of /readyz's checks together.
+const ReadyTimeout = 2 * time.Second
+
 // Ops registers /healthz (the process is alive), /readyz (every check
 // passes) and /metrics (the registry's collectors) on mux.
+//
+// /readyz names each failed check and says only "unavailable" or "timeout"
+// about it: a dependency's error names its host, user and database (or
+// brokers), which an unauthenticated endpoint must not tell. The error goes
+// to the log when a logger is given.
 func Ops(mux interface {
 	Handle(pattern string, h http.Handler)
-}, reg *prometheus.Registry, checks map[string]Check) {
+}, reg *prometheus.Registry, checks map[string]Check, opts ...OpsOption) {
+	var cfg opsConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	mux.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	mux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 		defer cancel()
-		status, failed := http.StatusOK, map[string]string{}
+		failed := map[string]string{}
 		for name, check := range checks {
-			if err := check(ctx); err != nil {
-				status, failed[name] = http.StatusServiceUnavailable, err.Error()
+			err := check(ctx)
+			if err == nil {
+				continue
+			}
+			failed[name] = "unavailable"
+			if errors.Is(err, context.DeadlineExceeded) {
+				failed[name] = "timeout"
+			}
+			if cfg.logger != nil {
+				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, "error", err)
 			}
 		}
-		if status != http.StatusOK {
-			writeJSON(w, status, map[string]any{"status": "unavailable", "failed": failed})
+		if len(failed) > 0 {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "failed": failed})
 			return
 		}
-		writeJSON(w, status, map[string]string{"status": "ready"})
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	}))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }

@@ -33,7 +33,9 @@ func TestOps(t *testing.T) {
 	}{
 		{"alive", "/healthz", nil, 200, `"ok"`},
 		{"ready", "/readyz", nil, 200, `"ready"`},
-		{"not ready names the failed check", "/readyz", errors.New("connection refused"), 503, `"db":"connection refused"`},
+		{"not ready names the failed check, not its error", "/readyz",
+			errors.New(`failed to connect to user=commerce database=commerce: 10.0.0.7:5432: connection refused`), 503, `"db":"unavailable"`},
+		{"a check that times out", "/readyz", context.DeadlineExceeded, 503, `"db":"timeout"`},
 		{"alive while not ready", "/healthz", errors.New("down"), 200, `"ok"`},
 		{"metrics", "/metrics", nil, 200, "things_total 0"},
 	}
@@ -48,6 +50,11 @@ func TestOps(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tc.wantStatus || !strings.Contains(string(body), tc.wantBody) {
 				t.Fatalf("GET %s = %d %s; want %d containing %s", tc.path, resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+			}
+			for _, secret := range []string{"10.0.0.7", "commerce", "5432", "refused"} {
+				if strings.Contains(string(body), secret) {
+					t.Errorf("GET %s tells %q: %s", tc.path, secret, body)
+				}
 			}
 		})
 	}

@@ -2,11 +2,14 @@ package pg
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,14 +25,16 @@ var (
 	// ErrInvalidInput: the database refused a value as data (class 22:
 	// invalid UTF-8, a NUL byte, out of range, …). Retrying cannot help.
 	ErrInvalidInput = errors.New("invalid input")
-	// ErrConstraint: a foreign-key (23503) or check (23514) constraint
-	// refused the write.
+	// ErrConstraint: an integrity constraint other than uniqueness refused
+	// the write (class 23: foreign key, check, not null).
 	ErrConstraint = errors.New("constraint violation")
 	// ErrRetryable: the transaction lost a serialization conflict (40001) or
 	// a deadlock (40P01); running it again may succeed.
 	ErrRetryable = errors.New("retryable transaction failure")
-	// ErrUnavailable: the database cannot be reached or is shutting down or
-	// starting (connection errors, class 08, 57P01, 57P03).
+	// ErrUnavailable: the database cannot be reached, is shutting down or
+	// starting, has no connection left, or timed a statement out
+	// (connection errors, class 08, 57P01-57P03, 53300, 57014). Retrying
+	// later can succeed.
 	ErrUnavailable = errors.New("database unavailable")
 )
 
@@ -69,13 +74,15 @@ func sentinel(err error) error {
 		switch {
 		case code == CodeUniqueViolation:
 			return ErrConflict
-		case code == CodeForeignKeyViolation, code == CodeCheckViolation:
+		case strings.HasPrefix(code, "23"): // foreign key, check, not null, exclusion
 			return ErrConstraint
 		case strings.HasPrefix(code, "22"):
 			return ErrInvalidInput
 		case code == "40001", code == "40P01":
 			return ErrRetryable
-		case strings.HasPrefix(code, "08"), code == "57P01", code == "57P03":
+		case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03",
+			code == "53300", // too many connections
+			code == "57014": // statement timeout: a stalled or overloaded server
 			return ErrUnavailable
 		}
 		return nil
@@ -85,8 +92,11 @@ func sentinel(err error) error {
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) ||
+	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		// database/sql (under gorm) reports a lost connection with these.
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
 		// pgx and its pool report these with errors.New only.
 		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "closed pool") {
 		return ErrUnavailable

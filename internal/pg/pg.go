@@ -30,17 +30,20 @@ type Options struct {
 	StatementTimeout time.Duration
 }
 
-// Default statement timeout: far above any statement of the services (the
-// longest are one purge chunk and one relay batch), low enough that a stuck
-// statement does not hold its locks for long.
-const defaultStatementTimeout = 30 * time.Second
+// DefaultStatementTimeout is far above any statement of the background
+// services (the longest are one purge chunk and one relay batch), and low
+// enough that a stuck statement does not hold its locks for long.
+const DefaultStatementTimeout = 30 * time.Second
 
-// LoadOptions reads DB_MAX_CONNS (default defMaxConns) and
-// DB_STATEMENT_TIMEOUT through l.
-func LoadOptions(l *config.Loader, defMaxConns int) Options {
+// LoadOptions reads DB_MAX_CONNS and DB_STATEMENT_TIMEOUT, defaulting to
+// def's fields (a zero StatementTimeout defaults to DefaultStatementTimeout).
+func LoadOptions(l *config.Loader, def Options) Options {
+	if def.StatementTimeout == 0 {
+		def.StatementTimeout = DefaultStatementTimeout
+	}
 	return Options{
-		MaxConns:         l.PositiveInt("DB_MAX_CONNS", defMaxConns),
-		StatementTimeout: l.Duration("DB_STATEMENT_TIMEOUT", defaultStatementTimeout),
+		MaxConns:         l.PositiveInt("DB_MAX_CONNS", def.MaxConns),
+		StatementTimeout: l.Duration("DB_STATEMENT_TIMEOUT", def.StatementTimeout),
 	}
 }
 

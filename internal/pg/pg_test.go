@@ -39,7 +39,7 @@ func TestLoadOptions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := config.New(config.FromMap(tc.env))
-			got := pg.LoadOptions(l, 7)
+			got := pg.LoadOptions(l, pg.Options{MaxConns: 7})
 			if tc.wantErr == nil {
 				if err := l.Err(); err != nil {
 					t.Fatal(err)

@@ -161,7 +161,7 @@ func TestFromCloudEventMissingExtensions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := reg.ToCloudEvent(events.Envelope{ID: "id-1", Source: "s", Time: time.Now(), Sequence: 1, Record: rec})
+	good, err := reg.ToCloudEvent(events.Envelope{ID: "0b7c2b4e-9a0f-4d7e-8f1a-4f3f1d2c5e6a", Source: "s", Time: time.Now(), Sequence: 1, Record: rec})
 	if err != nil {
 		t.Fatal(err)
 	}

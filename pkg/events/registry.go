@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/google/uuid"
 )
 
 // Aggregate types named by the registry's events.
@@ -90,17 +91,7 @@ func NewRegistry() *Registry {
 	r := &Registry{byType: map[string]entry{}, byGo: map[reflect.Type]entry{}}
 	register(r, "loopers.order.paid.v1", AggregateOrder,
 		func(e OrderPaidV1) string { return strconv.FormatInt(e.OrderID, 10) },
-		func(e OrderPaidV1) error {
-			if e.OrderID <= 0 || e.PaymentID <= 0 || e.Amount < 0 || len(e.Items) == 0 {
-				return errors.New("want positive OrderID and PaymentID, non-negative Amount and at least one item")
-			}
-			for i, it := range e.Items {
-				if it.ProductID <= 0 || it.Quantity <= 0 || it.UnitPrice < 0 {
-					return fmt.Errorf("item %d: want positive ProductID and Quantity, non-negative UnitPrice", i)
-				}
-			}
-			return nil
-		})
+		validateOrder)
 	register(r, "loopers.like.created.v1", AggregateProduct,
 		func(e LikeCreatedV1) string { return strconv.FormatInt(e.ProductID, 10) },
 		func(e LikeCreatedV1) error { return userProduct(e.UserID, e.ProductID) })
@@ -109,25 +100,11 @@ func NewRegistry() *Registry {
 		func(e LikeCanceledV1) error { return userProduct(e.UserID, e.ProductID) })
 	register(r, "loopers.product.viewed.v1", AggregateProduct,
 		func(e ProductViewedV1) string { return strconv.FormatInt(e.ProductID, 10) },
-		func(e ProductViewedV1) error { return positiveProduct(e.ProductID) })
+		func(e ProductViewedV1) error { return viewer(e.UserID, e.ProductID) })
 	register(r, "loopers.stock.depleted.v1", AggregateProduct,
 		func(e StockDepletedV1) string { return strconv.FormatInt(e.ProductID, 10) },
-		func(e StockDepletedV1) error { return positiveProduct(e.ProductID) })
+		func(e StockDepletedV1) error { return positive("ProductID", e.ProductID) })
 	return r
-}
-
-func userProduct(user string, product int64) error {
-	if user == "" {
-		return errors.New("want a UserID")
-	}
-	return positiveProduct(product)
-}
-
-func positiveProduct(id int64) error {
-	if id <= 0 {
-		return errors.New("want a positive ProductID")
-	}
-	return nil
 }
 
 // register adds T under typ. It panics on a duplicate or a type whose topic
@@ -243,28 +220,57 @@ func (r *Registry) ToCloudEvent(env Envelope) (cloudevents.Event, error) {
 }
 
 // FromCloudEvent decodes a CloudEvent into a [Message]. An unknown type, a
-// missing extension or undecodable data returns an error matching
-// [ErrUnprocessable].
+// missing or malformed extension, an id that is not a UUID, data larger than
+// [MaxRecordBytes], undecodable data, data outside the payload bounds, or an
+// aggregate that is not the payload's returns an error matching
+// [ErrUnprocessable]: retrying such an event cannot help.
 func (r *Registry) FromCloudEvent(ce cloudevents.Event) (Message, error) {
 	if err := ce.Validate(); err != nil {
 		return Message{}, fmt.Errorf("%w: %v", ErrBadData, err)
 	}
-	ev, err := r.Unmarshal(ce.Type(), ce.Data())
+	if !canonicalUUID(ce.ID()) {
+		return Message{}, fmt.Errorf("%w: id %.64q is not a UUID", ErrBadData, ce.ID())
+	}
+	if n := len(ce.Data()); n > MaxRecordBytes {
+		return Message{}, fmt.Errorf("event %s: %w: data of %d bytes exceeds %d", ce.ID(), ErrBadData, n, MaxRecordBytes)
+	}
+	e, ok := r.byType[ce.Type()]
+	if !ok {
+		return Message{}, fmt.Errorf("event %s: %q: %w", ce.ID(), ce.Type(), ErrUnknownType)
+	}
+	ev, err := e.decode(ce.Data())
 	if err != nil {
 		return Message{}, fmt.Errorf("event %s: %w", ce.ID(), err)
 	}
 	m := Message{ID: ce.ID(), Type: ce.Type(), Source: ce.Source(), Time: ce.Time(), Event: ev}
 	ext := ce.Extensions()
-	var ok bool
-	if m.AggregateType, ok = ext[ExtAggregateType].(string); !ok || m.AggregateType == "" {
-		return Message{}, fmt.Errorf("event %s: %w: missing extension %s", ce.ID(), ErrBadData, ExtAggregateType)
+	m.AggregateType, _ = ext[ExtAggregateType].(string)
+	if m.AggregateType != e.aggregateType {
+		return Message{}, fmt.Errorf("event %s: %w: extension %s is %.64q, want %q", ce.ID(), ErrBadData, ExtAggregateType, m.AggregateType, e.aggregateType)
 	}
-	if m.AggregateID, ok = ext[ExtAggregateID].(string); !ok || m.AggregateID == "" {
-		return Message{}, fmt.Errorf("event %s: %w: missing extension %s", ce.ID(), ErrBadData, ExtAggregateID)
+	m.AggregateID, _ = ext[ExtAggregateID].(string)
+	if want := e.aggregateID(ev); m.AggregateID != want {
+		return Message{}, fmt.Errorf("event %s: %w: extension %s is %.64q, the payload's aggregate is %q", ce.ID(), ErrBadData, ExtAggregateID, m.AggregateID, want)
 	}
 	seq, _ := ext[ExtSequence].(string)
-	if m.Sequence, err = strconv.ParseInt(seq, 10, 64); err != nil || m.Sequence <= 0 {
-		return Message{}, fmt.Errorf("event %s: %w: extension %s must be a positive integer, got %q", ce.ID(), ErrBadData, ExtSequence, seq)
+	if m.Sequence, err = strconv.ParseInt(seq, 10, 64); err != nil || m.Sequence <= 0 || m.Sequence > MaxSequence || !canonicalInt(seq) {
+		return Message{}, fmt.Errorf("event %s: %w: extension %s must be an integer from 1 to %d, got %.64q", ce.ID(), ErrBadData, ExtSequence, int64(MaxSequence), seq)
 	}
 	return m, nil
+}
+
+// canonicalUUID reports whether s is a UUID in its 36-character text form,
+// the only form the outbox writes.
+func canonicalUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	_, err := uuid.Parse(s)
+	return err == nil
+}
+
+// canonicalInt reports whether s is a decimal integer as FormatInt writes
+// it: no sign, no leading zeros.
+func canonicalInt(s string) bool {
+	return s != "" && s[0] != '+' && s[0] != '-' && (s[0] != '0' || len(s) == 1)
 }

@@ -10,12 +10,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
@@ -42,6 +43,8 @@ type Deps struct {
 	Logger  *slog.Logger
 	Metrics *prometheus.Registry
 	Checks  map[string]httpserver.Check
+	// RequestTimeout is the deadline of every request; zero means none.
+	RequestTimeout time.Duration
 }
 
 type server struct {
@@ -63,13 +66,18 @@ func NewHandler(d Deps) (http.Handler, error) {
 	s := &server{st: d.Store, cache: d.Cache, log: d.Logger}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
+	if d.RequestTimeout > 0 {
+		// After the metrics middleware, which must see the client's own
+		// context to tell an abandoned request from a timed-out one.
+		r.Use(deadline(d.RequestTimeout))
+	}
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return newRequestError(http.StatusNotFound, "no route for "+r.URL.Path)
+		return newRequestError(http.StatusNotFound, "no route for "+quoteShort(r.URL.Path))
 	}))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return newRequestError(http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		return newRequestError(http.StatusMethodNotAllowed, "method "+quoteShort(r.Method)+" is not allowed on "+quoteShort(r.URL.Path))
 	}))
-	httpserver.Ops(r, d.Metrics, d.Checks)
+	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(OpenAPI)
@@ -96,26 +104,60 @@ func (s *server) handle(h func(http.ResponseWriter, *http.Request) error) http.H
 	}
 }
 
-// user returns the acting user; "" when the header is absent and not required.
+// deadline gives every request a deadline; the store turns a deadline
+// that passes into store.ErrUnavailable, answered 503.
+func deadline(d time.Duration) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), d)
+			defer cancel()
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+// user returns the acting user; "" when the header is absent and not
+// required. A present header must follow the user id rule of package events
+// (the consumers apply the same rule to the events it ends up in).
 func user(r *http.Request, required bool) (string, error) {
-	u := strings.TrimSpace(r.Header.Get(UserHeader))
+	u := r.Header.Get(UserHeader)
 	switch {
 	case u == "" && required:
 		return "", errNoUser
-	case len(u) > 64:
-		return "", newRequestError(http.StatusBadRequest, "the "+UserHeader+" header must be at most 64 bytes")
+	case u == "":
+		return "", nil
+	}
+	if err := events.ValidateUserID(u); err != nil {
+		return "", &ValidationError{Fields: []FieldError{{Pointer: UserHeader, Detail: "is invalid: " + err.Error()}}}
 	}
 	return u, nil
 }
 
-// pathID returns the positive integer path parameter id.
+// pathID returns the positive integer path parameter id, written in
+// canonical decimal: no sign, no leading zeros.
 func pathID(r *http.Request) (int64, error) {
 	raw := chi.URLParam(r, "id")
-	id, err := strconv.ParseInt(raw, 10, 64)
-	if err != nil || id <= 0 {
-		return 0, &ValidationError{Fields: []FieldError{{Pointer: "id", Detail: "the path parameter id must be a positive integer, got " + strconv.Quote(raw)}}}
+	id, ok := parseCanonical(raw)
+	if !ok || id <= 0 {
+		return 0, &ValidationError{Fields: []FieldError{{Pointer: "id", Detail: "must be a positive integer without sign or leading zeros, got " + quoteShort(raw)}}}
 	}
 	return id, nil
+}
+
+// parseCanonical parses a non-negative decimal integer written as
+// strconv.FormatInt writes it, so "+1", "01", " 1" and "1_000" are refused
+// (ParseInt alone accepts a sign).
+func parseCanonical(s string) (int64, bool) {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // invalidate drops cached product details after a committed change.

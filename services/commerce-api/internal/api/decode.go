@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -26,6 +28,9 @@ type object struct {
 // JSON is an error of its own; a JSON value that is not an object is a field
 // problem recorded in errs.
 func readObject(w http.ResponseWriter, r *http.Request, errs *ValidationError) (*object, error) {
+	if err := jsonContent(r); err != nil {
+		return nil, err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -38,6 +43,30 @@ func readObject(w http.ResponseWriter, r *http.Request, errs *ValidationError) (
 		return nil, newRequestError(http.StatusBadRequest, "the request body is not valid JSON")
 	}
 	return asObject(body, "", errs), nil
+}
+
+// jsonContent refuses a body that is not declared application/json. A
+// browser can send a cross-site form (text/plain, form-urlencoded,
+// multipart) without a CORS preflight, but not application/json.
+func jsonContent(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return nil
+		}
+	}
+	return newRequestError(http.StatusUnsupportedMediaType,
+		"the request body must be application/json (UTF-8), got Content-Type "+quoteShort(ct))
+}
+
+// quoteShort quotes a client-supplied value for a message, cut to a
+// readable length.
+func quoteShort(s string) string {
+	if len(s) > maxPointerBytes {
+		s = s[:maxPointerBytes] + "…"
+	}
+	return strconv.Quote(s)
 }
 
 // asObject returns raw as an object, or nil after recording a problem at

@@ -55,6 +55,7 @@ func spec(t *testing.T) (*openapi3.T, routers.Router) {
 }
 
 type env struct {
+	url string // the test database
 	db  *storetest.DB
 	st  *store.Store
 	srv *httptest.Server
@@ -62,10 +63,27 @@ type env struct {
 
 // newEnv serves the real handler over a fresh database. with may adjust the
 // dependencies (for example to add a cache).
-func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
+func newEnv(t testing.TB, with ...func(*api.Deps)) *env {
+	t.Helper()
+	return newEnvStore(t, nil, with...)
+}
+
+// storeConfig is how a test's store connects.
+type storeConfig struct {
+	URL     string
+	Options pg.Options
+}
+
+// newEnvStore is newEnv whose store configuration cfg may adjust (nil for
+// the default).
+func newEnvStore(t testing.TB, cfg func(*storeConfig), with ...func(*api.Deps)) *env {
 	t.Helper()
 	url := testenv.DatabaseURL(t)
-	st, err := store.Open(context.Background(), url, pg.Options{MaxConns: 16}, events.NewRegistry())
+	sc := storeConfig{URL: url, Options: pg.Options{MaxConns: 16}}
+	if cfg != nil {
+		cfg(&sc)
+	}
+	st, err := store.Open(context.Background(), sc.URL, sc.Options, events.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +103,7 @@ func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{db: storetest.Open(t, url), st: st, srv: srv}
+	return &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
 }
 
 type response struct {
@@ -94,9 +112,29 @@ type response struct {
 	Body   []byte
 }
 
-// do sends a request (body "" for none; user "" for no X-User-ID) and checks
-// the response against the OpenAPI document. It is safe for concurrent use.
+// do sends a request (body "" for none; user "" for no X-User-ID) as a
+// JSON client would, with Content-Type application/json on every POST and
+// every body, and checks the response against the OpenAPI document. It is
+// safe for concurrent use.
 func (e *env) do(t *testing.T, method, path, user, body string) response {
+	t.Helper()
+	return e.send(t, method, path, jsonHeaders(method, user, body), body)
+}
+
+// jsonHeaders are the headers do sends.
+func jsonHeaders(method, user, body string) http.Header {
+	h := http.Header{}
+	if body != "" || method == http.MethodPost {
+		h.Set("Content-Type", "application/json")
+	}
+	if user != "" {
+		h.Set(api.UserHeader, user)
+	}
+	return h
+}
+
+// send is do with exactly the given headers.
+func (e *env) send(t *testing.T, method, path string, h http.Header, body string) response {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -106,11 +144,8 @@ func (e *env) do(t *testing.T, method, path, user, body string) response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if user != "" {
-		req.Header.Set(api.UserHeader, user)
+	for k, v := range h {
+		req.Header[k] = v
 	}
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
@@ -228,4 +263,5 @@ type problemBody struct {
 	Type, Title, Detail string
 	Status              int
 	Errors              []struct{ Pointer, Detail string }
+	ErrorsOmitted       int
 }

@@ -35,6 +35,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// StatusClientClosed is the status label of a request whose client went
+// away before the answer.
+const StatusClientClosed = 499
+
+// methodLabel keeps the method label's values to a fixed set: any other
+// method a client makes up is "OTHER", or each would add series.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
+}
+
 // middleware records every request under its route pattern (never the raw
 // path, which would make one series per id).
 func (m *metrics) middleware(next http.Handler) http.Handler {
@@ -50,7 +65,12 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		labels := prometheus.Labels{"method": r.Method, "route": route, "status": strconv.Itoa(status)}
+		if status >= http.StatusInternalServerError && r.Context().Err() != nil {
+			// The client left first; whatever failed after that is not a
+			// server error (nginx's convention: 499 Client Closed Request).
+			status = StatusClientClosed
+		}
+		labels := prometheus.Labels{"method": methodLabel(r.Method), "route": route, "status": strconv.Itoa(status)}
 		m.requests.With(labels).Inc()
 		m.latency.With(labels).Observe(time.Since(start).Seconds())
 	})

@@ -5,12 +5,15 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
+// An order's bounds are the ones the consumers check OrderPaid events
+// against.
 const (
-	maxOrderItems = 100
-	maxQuantity   = 10_000
+	maxOrderItems = events.MaxOrderItems
+	maxQuantity   = events.MaxQuantity
 )
 
 type orderItemJSON struct {
@@ -69,9 +72,10 @@ func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, toOrderJSON(order))
 }
 
-// orderItems decodes the items of a new order. Lines naming the same product
-// are merged into one line with the summed quantity, in the order products
-// first appear, so an order has one line per product.
+// orderItems decodes the items of a new order. An order has one line per
+// product: a product named on two lines is a 400, not merged, so that the
+// quantity bound of a line is the bound per product and cannot be passed by
+// repeating the line.
 func orderItems(o *object) []store.ItemRequest {
 	raw, ok := field[[]json.RawMessage](o, "items", "an array")
 	if !ok {
@@ -82,7 +86,7 @@ func orderItems(o *object) []store.ItemRequest {
 		return nil
 	}
 	var items []store.ItemRequest
-	index := map[int64]int{}
+	first := map[int64]int{} // product → the line that named it first
 	for i, r := range raw {
 		it := asObject(r, o.at("items")+"/"+itoa(int64(i)), o.errs)
 		if it == nil {
@@ -94,11 +98,11 @@ func orderItems(o *object) []store.ItemRequest {
 		if !okP || !okQ {
 			continue
 		}
-		if j, dup := index[product]; dup {
-			items[j].Quantity += qty
+		if j, dup := first[product]; dup {
+			o.errs.add(it.at("productId"), "repeats the product of /items/"+itoa(int64(j))+"; name each product once with its total quantity")
 			continue
 		}
-		index[product] = len(items)
+		first[product] = i
 		items = append(items, store.ItemRequest{ProductID: product, Quantity: qty})
 	}
 	return items

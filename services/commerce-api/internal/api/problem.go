@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
@@ -23,7 +25,24 @@ type Problem struct {
 	Status int          `json:"status"`
 	Detail string       `json:"detail"`
 	Errors []FieldError `json:"errors,omitempty"`
+	// ErrorsOmitted counts the field problems found beyond MaxFieldErrors.
+	ErrorsOmitted int `json:"errorsOmitted,omitempty"`
+	// retryAfter, in seconds, is sent as the Retry-After header when > 0.
+	retryAfter int
 }
+
+// MaxFieldErrors is the most field problems one response lists; the rest
+// are only counted, so a body of a million unknown fields cannot make a
+// problem document larger than the body.
+const MaxFieldErrors = 20
+
+// maxPointerBytes bounds how much of a client-chosen name a field problem
+// repeats.
+const maxPointerBytes = 100
+
+// RetryAfterSeconds is the Retry-After of a 503: PostgreSQL restarts and
+// failovers observed took about a second.
+const RetryAfterSeconds = 1
 
 // FieldError is one problem with one part of a request. Pointer is a JSON
 // Pointer (RFC 6901) into the body, or names a query parameter or header.
@@ -32,15 +51,26 @@ type FieldError struct {
 	Detail  string `json:"detail"`
 }
 
-// ValidationError lists every problem found in one request.
-type ValidationError struct{ Fields []FieldError }
+// ValidationError lists the problems found in one request: the first
+// MaxFieldErrors in Fields, and how many more there were in Omitted.
+type ValidationError struct {
+	Fields  []FieldError
+	Omitted int
+}
 
 func (e *ValidationError) Error() string {
-	return "the request has " + plural(len(e.Fields), "invalid field")
+	return "the request has " + plural(len(e.Fields)+e.Omitted, "invalid field")
 }
 
 // add records a problem; check reports whether any problem was recorded.
 func (e *ValidationError) add(pointer, detail string) {
+	if len(e.Fields) >= MaxFieldErrors {
+		e.Omitted++
+		return
+	}
+	if len(pointer) > maxPointerBytes {
+		pointer = strings.ToValidUTF8(pointer[:maxPointerBytes], "") + "…"
+	}
 	e.Fields = append(e.Fields, FieldError{Pointer: pointer, Detail: detail})
 }
 
@@ -74,7 +104,12 @@ func problemFor(err error) Problem {
 	)
 	switch {
 	case errors.As(err, &verr):
-		return newProblem(http.StatusBadRequest, "validation", verr.Error()+"; see errors", verr.Fields)
+		p := newProblem(http.StatusBadRequest, "validation", verr.Error()+"; see errors", verr.Fields)
+		if verr.Omitted > 0 {
+			p.ErrorsOmitted = verr.Omitted
+			p.Detail = verr.Error() + "; errors lists the first " + itoa(MaxFieldErrors)
+		}
+		return p
 	case errors.As(err, &maxErr):
 		return newProblem(http.StatusRequestEntityTooLarge, "body-too-large",
 			"the request body exceeds "+plural(int(maxErr.Limit), "byte"), nil)
@@ -86,16 +121,26 @@ func problemFor(err error) Problem {
 		return newProblem(http.StatusConflict, "insufficient-stock", err.Error(), nil)
 	case errors.Is(err, store.ErrConflict):
 		return newProblem(http.StatusConflict, "conflict", err.Error(), nil)
+	case errors.Is(err, store.ErrInvalidInput):
+		// The driver's message may quote the value; the client knows it.
+		return newProblem(http.StatusBadRequest, "invalid-input", "the database refused a value of the request as invalid", nil)
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		// Never the driver's message: it names hosts and users.
+		p := newProblem(http.StatusServiceUnavailable, "unavailable",
+			"the database is unavailable, restarting or too slow to answer; retry after "+plural(RetryAfterSeconds, "second"), nil)
+		p.retryAfter = RetryAfterSeconds
+		return p
 	default:
 		return newProblem(http.StatusInternalServerError, "internal", "the server failed to handle the request; it has been logged", nil)
 	}
 }
 
 var slugs = map[int]string{
-	http.StatusBadRequest:       "bad-request",
-	http.StatusUnauthorized:     "unauthorized",
-	http.StatusNotFound:         "not-found",
-	http.StatusMethodNotAllowed: "method-not-allowed",
+	http.StatusUnsupportedMediaType: "unsupported-media-type",
+	http.StatusBadRequest:           "bad-request",
+	http.StatusUnauthorized:         "unauthorized",
+	http.StatusNotFound:             "not-found",
+	http.StatusMethodNotAllowed:     "method-not-allowed",
 }
 
 func newProblem(status int, slug, detail string, fields []FieldError) Problem {
@@ -106,13 +151,16 @@ func newProblem(status int, slug, detail string, fields []FieldError) Problem {
 func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
 	p := problemFor(err)
 	switch {
-	case r.Context().Err() != nil:
+	case errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away mid-request; nothing failed on our side.
 		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, "error", err)
 	case p.Status >= http.StatusInternalServerError:
 		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }

@@ -4,19 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
 // Limits of a product's fields. Keeping price and quantities far below
-// int64 range means no order total can overflow.
+// int64 range means no order total can overflow; the price bound is the one
+// the consumers check events against.
 const (
 	maxNameRunes = 200
-	maxPrice     = 1_000_000_000
+	maxPrice     = events.MaxUnitPrice
 	maxStock     = 1_000_000_000
 	defaultSize  = 20
 	maxSize      = 100
@@ -48,6 +52,9 @@ type productPage struct {
 	Page  int           `json:"page"`
 	Size  int           `json:"size"`
 	Total int64         `json:"total"`
+	// TotalCapped says the catalog holds more than Total (store.ListWindow)
+	// products; pages stop at that window.
+	TotalCapped bool `json:"totalCapped"`
 }
 
 type likeJSON struct {
@@ -67,6 +74,8 @@ func (s *server) createProduct(w http.ResponseWriter, r *http.Request) error {
 		if in.Name, ok = field[string](o, "name", "a string"); ok {
 			if n := utf8.RuneCountInString(in.Name); strings.TrimSpace(in.Name) == "" || n > maxNameRunes {
 				errs.add(o.at("name"), "must be 1 to "+itoa(maxNameRunes)+" characters and not blank")
+			} else if strings.ContainsFunc(in.Name, unicode.IsControl) {
+				errs.add(o.at("name"), "must not contain control characters (NUL, tab, line breaks, U+007F-U+009F)")
 			}
 		}
 		in.Price, _ = intField(o, "price", 0, maxPrice)
@@ -141,33 +150,42 @@ func (s *server) listProducts(w http.ResponseWriter, r *http.Request) error {
 	if !known {
 		errs.add("sort", "must be one of "+strings.Join(names, ", "))
 	}
-	page := queryInt(q.Get("page"), 0, 0, 1_000_000, "page", &errs)
+	page := queryInt(q, "page", 0, 0, store.ListWindow, &errs)
 	// A size above the cap is served at the cap rather than refused.
-	size := min(queryInt(q.Get("size"), defaultSize, 1, 1<<31-1, "size", &errs), maxSize)
+	size := min(queryInt(q, "size", defaultSize, 1, 1<<31-1, &errs), maxSize)
+	if page*size > store.ListWindow {
+		errs.add("page", "page × size must be at most "+itoa(store.ListWindow)+"; the listing stops there")
+	}
 	if err := errs.check(); err != nil {
 		return err
 	}
-	items, total, err := s.st.ListProducts(r.Context(), sort, page, size)
+	items, total, capped, err := s.st.ListProducts(r.Context(), sort, page, size)
 	if err != nil {
 		return err
 	}
-	out := productPage{Items: make([]productJSON, len(items)), Page: page, Size: size, Total: total}
+	out := productPage{Items: make([]productJSON, len(items)), Page: page, Size: size, Total: total, TotalCapped: capped}
 	for i, p := range items {
 		out.Items[i] = toProductJSON(p)
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
 
-func queryInt(raw string, def, lo, hi int, name string, errs *ValidationError) int {
-	if raw == "" {
+// queryInt reads the query parameter name, a canonical decimal integer
+// within [lo, hi], or def when it is absent. Repeating it is an error too.
+func queryInt(q url.Values, name string, def, lo, hi int, errs *ValidationError) int {
+	vals, ok := q[name]
+	if !ok {
 		return def
 	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < lo || n > hi {
-		errs.add(name, "must be an integer between "+strconv.Itoa(lo)+" and "+strconv.Itoa(hi))
+	n, valid := int64(0), len(vals) == 1
+	if valid {
+		n, valid = parseCanonical(vals[0])
+	}
+	if !valid || n < int64(lo) || n > int64(hi) {
+		errs.add(name, "must be one integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi)+", without sign or leading zeros")
 		return def
 	}
-	return n
+	return int(n)
 }
 
 func (s *server) like(w http.ResponseWriter, r *http.Request) error {

@@ -27,10 +27,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	deps := api.Deps{
-		Store:   st,
-		Logger:  logger,
-		Metrics: reg,
-		Checks:  map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
+		Store:          st,
+		Logger:         logger,
+		Metrics:        reg,
+		Checks:         map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
+		RequestTimeout: cfg.RequestTimeout,
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)

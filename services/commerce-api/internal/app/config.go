@@ -10,12 +10,17 @@ import (
 
 // Config is commerce-api's configuration, read from the environment.
 type Config struct {
-	DatabaseURL string     // DATABASE_URL, required
-	HTTPAddr    string     // HTTP_ADDR, default :8080
-	DB          pg.Options // DB_MAX_CONNS (default 20), DB_STATEMENT_TIMEOUT
+	DatabaseURL string // DATABASE_URL, required
+	HTTPAddr    string // HTTP_ADDR, default :8080
+	// DB: DB_MAX_CONNS (default 20) and DB_STATEMENT_TIMEOUT (default 3s,
+	// a backstop under the request deadline).
+	DB pg.Options
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
 	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
+	// RequestTimeout (REQUEST_TIMEOUT, default 5s) is the deadline of every
+	// request; one that runs out answers 503.
+	RequestTimeout time.Duration
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -27,11 +32,14 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 // Load reads the configuration through l, which collects the problems.
 func Load(l *config.Loader) Config {
 	c := Config{
-		DatabaseURL:     l.URL("DATABASE_URL", "postgres", "postgresql"),
-		HTTPAddr:        l.String("HTTP_ADDR", ":8080"),
-		DB:              pg.LoadOptions(l, 20),
+		DatabaseURL: l.URL("DATABASE_URL", "postgres", "postgresql"),
+		HTTPAddr:    l.String("HTTP_ADDR", ":8080"),
+		// A request's statements are short; one running for seconds is
+		// stuck and holds a pool connection from the others.
+		DB:              pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),
 		RedisURL:        l.String("REDIS_URL", ""),
 		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+		RequestTimeout:  l.Duration("REQUEST_TIMEOUT", 5*time.Second),
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {

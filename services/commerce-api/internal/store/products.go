@@ -41,21 +41,30 @@ const (
 	SortViewsDesc ProductSort = "views_desc"
 )
 
-var sortSQL = map[ProductSort]string{
-	SortLatest:    "p.id DESC",
-	SortLikesDesc: "like_count DESC, p.id DESC",
-	SortSalesDesc: "sales_count DESC, p.id DESC",
-	SortViewsDesc: "view_count DESC, p.id DESC",
+// sortColumn is the product_metrics column a sort orders by ("" for the
+// newest first). Each has an index (column DESC, product_id DESC).
+var sortColumn = map[ProductSort]string{
+	SortLatest:    "",
+	SortLikesDesc: "like_count",
+	SortSalesDesc: "sales_count",
+	SortViewsDesc: "view_count",
 }
+
+// ListWindow bounds listings: a page may start at most this many products
+// into the order (page × size ≤ ListWindow), and the total is counted up to
+// it. Deeper offsets would make every page read and discard that many rows.
+const ListWindow = 10_000
 
 // ProductSorts lists the supported listing orders.
 func ProductSorts() []ProductSort {
 	return []ProductSort{SortLatest, SortLikesDesc, SortSalesDesc, SortViewsDesc}
 }
 
-const productColumns = `p.id, p.name, p.price, p.stock, p.created_at, p.updated_at,
+const productSelect = `p.id, p.name, p.price, p.stock, p.created_at, p.updated_at,
 	COALESCE(m.like_count, 0) AS like_count, COALESCE(m.sales_count, 0) AS sales_count,
-	COALESCE(m.sales_amount, 0) AS sales_amount, COALESCE(m.view_count, 0) AS view_count
+	COALESCE(m.sales_amount, 0) AS sales_amount, COALESCE(m.view_count, 0) AS view_count`
+
+const productColumns = productSelect + `
 	FROM products p LEFT JOIN product_metrics m ON m.product_id = p.id`
 
 // CreateProduct inserts a product. Creating a product emits no event.
@@ -97,25 +106,68 @@ func (s *Store) RecordView(ctx context.Context, id int64, viewer string) error {
 	})
 }
 
-// ListProducts returns one page of products in the given order and the total
-// number of products.
-func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size int) ([]Product, int64, error) {
-	order, ok := sortSQL[sort]
-	if !ok {
-		return nil, 0, fmt.Errorf("unknown sort %q", sort)
+// ListProducts returns one page of products in the given order, the number
+// of products counted up to [ListWindow], and whether there are more than
+// that. page × size must not exceed ListWindow.
+func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size int) (items []Product, total int64, more bool, err error) {
+	query, args, err := listQuery(sort, page, size)
+	if err != nil {
+		return nil, 0, false, err
 	}
 	db := s.db.WithContext(ctx)
-	var total int64
-	if err := db.Raw(`SELECT count(*) FROM products`).Row().Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count products: %w", err)
+	// Counting stops after ListWindow+1 rows: an exact count of a large
+	// catalog costs a scan of it on every page, and no page past the window
+	// can be asked for anyway.
+	if err := db.Raw(`SELECT count(*) FROM (SELECT 1 FROM products LIMIT ?) t`, ListWindow+1).Row().Scan(&total); err != nil {
+		return nil, 0, false, fmt.Errorf("count products: %w", mapErr(err))
 	}
-	items := []Product{}
-	err := db.Raw(`SELECT `+productColumns+` ORDER BY `+order+` LIMIT ? OFFSET ?`, size, int64(page)*int64(size)).
-		Scan(&items).Error
-	if err != nil {
-		return nil, 0, fmt.Errorf("list products: %w", err)
+	if total > ListWindow {
+		total, more = ListWindow, true
 	}
-	return items, total, nil
+	items = []Product{}
+	if err := db.Raw(query, args...).Scan(&items).Error; err != nil {
+		return nil, 0, false, fmt.Errorf("list products: %w", mapErr(err))
+	}
+	return items, total, more, nil
+}
+
+// listQuery builds the statement of one listing page.
+//
+// A sort by an aggregate cannot be written as ORDER BY COALESCE(m.col, 0)
+// over products LEFT JOIN product_metrics: no index holds that expression,
+// so PostgreSQL would join and sort the whole catalog for every page. The
+// page is instead merged from two index-ordered runs, each read no further
+// than offset+size rows: the products whose count is positive, in the order
+// of product_metrics' (col DESC, product_id DESC) index, then the products
+// whose count is zero or absent, newest first along the primary key. Both
+// runs end in "count DESC, id DESC" order, so the merge is that order.
+func listQuery(sort ProductSort, page, size int) (string, []any, error) {
+	col, ok := sortColumn[sort]
+	if !ok {
+		return "", nil, fmt.Errorf("unknown sort %q", sort)
+	}
+	offset := int64(page) * int64(size)
+	if page < 0 || size <= 0 || offset > ListWindow {
+		return "", nil, fmt.Errorf("page %d of size %d: %w: the offset must be at most %d", page, size, ErrInvalidInput, ListWindow)
+	}
+	if col == "" {
+		return `SELECT ` + productColumns + ` ORDER BY p.id DESC LIMIT ? OFFSET ?`, []any{size, offset}, nil
+	}
+	// col is one of sortColumn's constants, never input.
+	reach := offset + int64(size)
+	return `WITH page AS (
+		SELECT id, k FROM (
+			(SELECT m.product_id AS id, m.` + col + ` AS k FROM product_metrics m
+				WHERE m.` + col + ` > 0 AND EXISTS (SELECT 1 FROM products x WHERE x.id = m.product_id)
+				ORDER BY m.` + col + ` DESC, m.product_id DESC LIMIT ?)
+			UNION ALL
+			(SELECT x.id, 0 FROM products x
+				WHERE NOT EXISTS (SELECT 1 FROM product_metrics m WHERE m.product_id = x.id AND m.` + col + ` > 0)
+				ORDER BY x.id DESC LIMIT ?)
+		) runs ORDER BY k DESC, id DESC LIMIT ? OFFSET ?)
+	SELECT ` + productSelect + `
+	FROM page JOIN products p ON p.id = page.id LEFT JOIN product_metrics m ON m.product_id = p.id
+	ORDER BY page.k DESC, page.id DESC`, []any{reach, reach, size, offset}, nil
 }
 
 // lockMode is a row-lock clause. Only the constants below exist, so no input

@@ -116,5 +116,10 @@ func mapErr(err error) error {
 	if pg.Code(err) == pg.CodeForeignKeyViolation {
 		return fmt.Errorf("%w: %w", ErrNotFound, pg.MapErr(err))
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request's deadline passed while waiting on the database:
+		// a busy or stalled database, for the client a "try again".
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return pg.MapErr(err)
 }

@@ -26,6 +26,10 @@ func TestInTxMapsDriverErrors(t *testing.T) {
 	}{
 		{"unique violation is a conflict", `INSERT INTO likes (user_id, product_id) VALUES ('u', ?), ('u', ?)`, []any{p.ID, p.ID}, ErrConflict},
 		{"foreign key violation is not found", `INSERT INTO likes (user_id, product_id) VALUES ('u', 424242)`, nil, ErrNotFound},
+		{"invalid UTF-8 is invalid input", `INSERT INTO likes (user_id, product_id) VALUES (convert_from('\xff'::bytea, 'UTF8'), ?)`, []any{p.ID}, ErrInvalidInput},
+		{"NUL in text is invalid input", `INSERT INTO products (name, price, stock) VALUES (?, 1, 1)`, []any{"a\x00b"}, ErrInvalidInput},
+		{"out of range is invalid input", `SELECT 9223372036854775807::bigint + 1`, nil, ErrInvalidInput},
+		{"statement timeout is unavailable", `SET LOCAL statement_timeout = 1; SELECT pg_sleep(1)`, nil, ErrUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

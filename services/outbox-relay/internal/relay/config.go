@@ -41,7 +41,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:   l.URL("DATABASE_URL", "postgres", "postgresql"),
-		DB:            pg.LoadOptions(l, 4),
+		DB:            pg.LoadOptions(l, pg.Options{MaxConns: 4}),
 		Brokers:       brokers(l),
 		AdminAddr:     l.String("ADMIN_ADDR", ":8081"),
 		NodeID:        l.Computed("OUTBOX_RELAY_NODE_ID", "defaultNodeID()", defaultNodeID),

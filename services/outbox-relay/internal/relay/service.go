@@ -68,7 +68,7 @@ func (s *Service) Handler() http.Handler {
 	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
 		httpserver.DatabaseCheck: s.store.Ping,
 		"kafka":                  s.pub.Ping,
-	})
+	}, httpserver.WithLogger(s.logger))
 	return mux
 }
 

@@ -109,7 +109,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	httpserver.Ops(mux, reg, map[string]httpserver.Check{
 		httpserver.DatabaseCheck: st.Ping,
 		"redis":                  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-	})
+	}, httpserver.WithLogger(logger))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

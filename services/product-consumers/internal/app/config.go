@@ -39,7 +39,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
-		DB:               pg.LoadOptions(l, 16),
+		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 16}),
 		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
 		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),

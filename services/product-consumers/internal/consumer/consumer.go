@@ -5,6 +5,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -121,6 +122,11 @@ func (h *Handlers) count(consumer, outcome string, n int) {
 // a domain event. Anything that is not one of ours fails permanently: no
 // retry can make it decodable.
 func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, error) {
+	if n := len(r.Value); n > events.MaxRecordBytes {
+		// Refused before decoding: a forged record must not cost the
+		// consumer the memory and time to parse it.
+		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: record of %d bytes exceeds %d", events.ErrBadData, n, events.MaxRecordBytes))
+	}
 	cm := &sarama.ConsumerMessage{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 	for _, hd := range r.Headers {
 		cm.Headers = append(cm.Headers, &sarama.RecordHeader{Key: hd.Key, Value: hd.Value})
@@ -134,6 +140,19 @@ func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, 
 		return events.Message{}, pcon.Permanent(err)
 	}
 	return msg, nil
+}
+
+// storeErr makes the database's refusal of the data itself (SQLSTATE
+// classes 22 and 23) permanent: the same rows would be refused again. A
+// batch's error names no record, so pcon first retries the batch's records
+// alone, and only the record at fault then fails, permanently, and reaches
+// the dead-letter topic. Anything else (the database unavailable, a
+// deadlock) stays retryable.
+func storeErr(err error) error {
+	if errors.Is(err, store.ErrInvalidInput) || errors.Is(err, store.ErrConstraint) {
+		return pcon.Permanent(err)
+	}
+	return err
 }
 
 func unexpected(msg events.Message) error {
@@ -161,7 +180,7 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	}
 	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(OrderGroup, msg), sales)
 	if err != nil {
-		return err
+		return storeErr(err)
 	}
 	if !applied {
 		h.logger.Debug("Event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
@@ -240,7 +259,7 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 	if len(views) > 0 {
 		applied, err := h.store.ApplyViews(ctx, views)
 		if err != nil {
-			return err // every record of the batch is retried
+			return storeErr(err) // every record of the batch is retried, alone
 		}
 		h.count(View, "applied", applied)
 		h.count(View, "duplicate", len(views)-applied)
@@ -268,7 +287,7 @@ func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
 	if len(changes) > 0 {
 		res, err := h.store.ApplyLikes(ctx, changes)
 		if err != nil {
-			return err
+			return storeErr(err)
 		}
 		h.count(Like, "applied", res.Transitions)
 		h.count(Like, "duplicate", len(changes)-res.Transitions)

@@ -2,8 +2,8 @@ package consumer
 
 import (
 	"log/slog"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 

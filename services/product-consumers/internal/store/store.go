@@ -16,6 +16,14 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
+// Errors the database may answer with, for callers to tell a refusal of the
+// data (never worth retrying) from an outage.
+var (
+	ErrInvalidInput = pg.ErrInvalidInput // SQLSTATE class 22
+	ErrConstraint   = pg.ErrConstraint   // SQLSTATE class 23, but for uniqueness
+	ErrUnavailable  = pg.ErrUnavailable
+)
+
 // Store applies aggregate changes in PostgreSQL.
 type Store struct {
 	db *pg.DB
