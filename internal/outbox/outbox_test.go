@@ -17,6 +17,7 @@ import (
 // the stored row and that the migration's trigger notifies Channel on
 // commit.
 func TestInsertNotifies(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
 	listener, err := pgx.Connect(ctx, url)

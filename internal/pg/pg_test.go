@@ -26,6 +26,7 @@ func open(t *testing.T, o pg.Options) *pg.DB {
 }
 
 func TestLoadOptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -59,6 +60,7 @@ func TestLoadOptions(t *testing.T) {
 }
 
 func TestOpenAppliesOptions(t *testing.T) {
+	t.Parallel()
 	db := open(t, pg.Options{MaxConns: 3, StatementTimeout: 1500 * time.Millisecond})
 	if got := db.Pool.Config().MaxConns; got != 3 {
 		t.Errorf("MaxConns = %d, want 3", got)
@@ -85,6 +87,7 @@ func TestOpenAppliesOptions(t *testing.T) {
 }
 
 func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
 	_, err := pg.Open(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", pg.Options{})
 	if !errors.Is(err, pg.ErrUnavailable) {
 		t.Errorf("Open of a closed port: %v, want ErrUnavailable", err)
@@ -94,6 +97,7 @@ func TestOpenUnreachable(t *testing.T) {
 // TestMapErr provokes each kind of error in a real database and checks the
 // sentinel it maps to.
 func TestMapErr(t *testing.T) {
+	t.Parallel()
 	db := open(t, pg.Options{})
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `
@@ -146,6 +150,7 @@ func TestMapErr(t *testing.T) {
 }
 
 func TestMapErrConnectionLost(t *testing.T) {
+	t.Parallel()
 	db := open(t, pg.Options{})
 	ctx := context.Background()
 	conn, err := db.Connect(ctx)
@@ -162,6 +167,7 @@ func TestMapErrConnectionLost(t *testing.T) {
 }
 
 func TestInTx(t *testing.T) {
+	t.Parallel()
 	db := open(t, pg.Options{})
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`); err != nil {
@@ -194,6 +200,7 @@ func TestInTx(t *testing.T) {
 }
 
 func TestPurge(t *testing.T) {
+	t.Parallel()
 	db := open(t, pg.Options{})
 	ctx := context.Background()
 	if _, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t SELECT generate_series(1, 25)`); err != nil {

@@ -13,6 +13,7 @@ import (
 // must roll back), and a failure at commit time, after both the domain write
 // and the outbox insert (neither may remain).
 func TestStateChangeAndOutboxCommitTogether(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.db.Exec(t, `CREATE FUNCTION fail_injected() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'injected failure'; END $$`)

@@ -9,6 +9,7 @@ import (
 // TestBadInput sends invalid requests and checks each gets its 4xx problem
 // and leaves every table, the outbox included, exactly as it was.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "lamp", 30000, 1)
 	o := e.createOrder(t, "alice", [2]int64{p, 1})

@@ -17,6 +17,7 @@ import (
 )
 
 func TestProductCache(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.RedisURL(t)
 	c, err := cache.NewRedis(ctx, url, 30*time.Second)

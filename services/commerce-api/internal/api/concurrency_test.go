@@ -28,6 +28,7 @@ func race(n int, f func(i int)) {
 }
 
 func TestConcurrentPaymentsNeverOversell(t *testing.T) {
+	t.Parallel()
 	const buyers, stock = 50, 7
 	e := newEnv(t)
 	p := e.createProduct(t, "last units", 1000, stock)
@@ -90,6 +91,7 @@ func TestConcurrentPaymentsNeverOversell(t *testing.T) {
 }
 
 func TestConcurrentLikesBySameUser(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "popular", 1, 1)
 	path := fmt.Sprintf("/api/v1/products/%d/likes", p)
@@ -119,6 +121,7 @@ func TestConcurrentLikesBySameUser(t *testing.T) {
 // product's like events, replayed in id order, must alternate per user and
 // end with the like set of the likes table.
 func TestOutboxOrderIsCommitOrderPerProduct(t *testing.T) {
+	t.Parallel()
 	const users, workers, ops = 6, 4, 12
 	e := newEnv(t)
 	e.db.Exec(t, `CREATE SEQUENCE commit_seq;
@@ -201,6 +204,7 @@ func TestOutboxOrderIsCommitOrderPerProduct(t *testing.T) {
 }
 
 func TestConcurrentPaymentsOfOneOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "plenty", 10, 100)
 	o := e.createOrder(t, "eve", [2]int64{p, 3})
@@ -227,6 +231,7 @@ func TestConcurrentPaymentsOfOneOrder(t *testing.T) {
 // products in opposite orders at once; locking in the order of the lines
 // would deadlock (PostgreSQL would abort one side with a 500).
 func TestPaymentsLockProductsInIDOrder(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	e := newEnv(t)
 	a := e.createProduct(t, "a", 10, n)
@@ -262,6 +267,7 @@ func TestPaymentsLockProductsInIDOrder(t *testing.T) {
 // through the foreign keys, in line order; writers locking products FOR
 // UPDATE would conflict with those and deadlock (a 500 here).
 func TestPlacingOrdersWhilePayingAndLiking(t *testing.T) {
+	t.Parallel()
 	const n = 60
 	e := newEnv(t)
 	a := e.createProduct(t, "a", 10, 10*n)

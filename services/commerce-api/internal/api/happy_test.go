@@ -17,6 +17,7 @@ func productEvent(typ string, product int64, payload string) storetest.Event {
 }
 
 func TestProductCreateAndView(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	created := decode[productBody](t, e.do(t, "POST", "/api/v1/products", "", `{"name":"Keyboard","price":45000,"stock":7}`), http.StatusCreated)
 	want := productBody{ID: created.ID, Name: "Keyboard", Price: 45000, Stock: 7}
@@ -50,6 +51,7 @@ func TestProductCreateAndView(t *testing.T) {
 }
 
 func TestProductList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.createProduct(t, "a", 100, 1)
 	b := e.createProduct(t, "b", 200, 1)
@@ -100,6 +102,7 @@ func TestProductList(t *testing.T) {
 }
 
 func TestLikeAndUnlike(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "mug", 9000, 3)
 	path := fmt.Sprintf("/api/v1/products/%d/likes", p)
@@ -137,6 +140,7 @@ func TestLikeAndUnlike(t *testing.T) {
 }
 
 func TestOrderAndPayment(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p1 := e.createProduct(t, "pen", 1500, 5)
 	p2 := e.createProduct(t, "ink", 4000, 2)
@@ -192,6 +196,7 @@ func TestOrderAndPayment(t *testing.T) {
 }
 
 func TestOps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.createProduct(t, "x", 1, 1)
 	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml"} {

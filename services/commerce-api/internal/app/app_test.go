@@ -15,6 +15,7 @@ import (
 // TestRunServesAndShutsDown starts the whole service, with the cache, and
 // checks it serves, is ready, and returns cleanly once its context ends.
 func TestRunServesAndShutsDown(t *testing.T) {
+	t.Parallel()
 	cfg := Config{
 		DatabaseURL:     testenv.DatabaseURL(t),
 		HTTPAddr:        "127.0.0.1:0",
@@ -51,6 +52,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 }
 
 func TestRunFailsWithoutDatabase(t *testing.T) {
+	t.Parallel()
 	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", DB: pg.Options{MaxConns: 1}, ProductCacheTTL: time.Second}
 	if err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 		t.Error("Run with an unreachable database returned nil")

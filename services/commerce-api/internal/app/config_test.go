@@ -12,6 +12,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
+	t.Parallel()
 	const db = "postgres://u@localhost:5432/commerce"
 	tests := []struct {
 		name    string

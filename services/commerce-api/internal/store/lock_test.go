@@ -12,6 +12,7 @@ import (
 // productsQuery locks, it orders by id first, so that rows are locked in
 // ascending id order.
 func TestProductsQueryLocksInIDOrder(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []lockMode{lockShare, lockWrite} {
 		t.Run(string(mode), func(t *testing.T) {
 			q := productsQuery(stockColumn, mode)
@@ -28,6 +29,7 @@ func TestProductsQueryLocksInIDOrder(t *testing.T) {
 // TestProductValuesLocksAnyInputOrder locks products named in descending
 // order and checks the rows come back and are held.
 func TestProductValuesLocksAnyInputOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, s := openTest(t)
 	var ids []int64

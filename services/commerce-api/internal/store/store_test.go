@@ -12,6 +12,7 @@ import (
 )
 
 func TestInTxMapsDriverErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	_, s := openTest(t)
 	p, err := s.CreateProduct(ctx, NewProduct{Name: "p", Price: 1, Stock: 1})
@@ -42,6 +43,7 @@ func TestInTxMapsDriverErrors(t *testing.T) {
 }
 
 func TestAppendEventRejectsUnknownTypes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, s := openTest(t)
 	err := s.InTx(ctx, func(tx *Tx) error { return tx.AppendEvent(struct{ X int }{1}) })

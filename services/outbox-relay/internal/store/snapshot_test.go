@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseSnapshot(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    Snapshot
@@ -32,6 +33,7 @@ func TestParseSnapshot(t *testing.T) {
 }
 
 func TestSnapshotEnded(t *testing.T) {
+	t.Parallel()
 	s := Snapshot{Xmin: 90, Xmax: 120, Xip: []uint64{95, 110}}
 	for xid, want := range map[uint64]bool{80: true, 90: true, 95: false, 100: true, 110: false, 119: true, 120: false, 200: false} {
 		if got := s.Ended(xid); got != want {
@@ -44,6 +46,7 @@ func TestSnapshotEnded(t *testing.T) {
 }
 
 func TestSnapshotWiden(t *testing.T) {
+	t.Parallel()
 	const epoch = 5 << 32
 	tests := []struct {
 		name string

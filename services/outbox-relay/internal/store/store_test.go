@@ -15,6 +15,7 @@ import (
 // however old, rows at or below it only once older than the retention; the
 // chunk size does not limit the total.
 func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
+	t.Parallel()
 	env := relaytest.New(t)
 	ctx := context.Background()
 	st, err := store.Open(ctx, env.URL, pg.Options{})

@@ -23,6 +23,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
+	t.Parallel()
 	base := map[string]string{"DATABASE_URL": "postgres://h/db", "KAFKA_BROKERS": "a:9092,b:9092", "REDIS_URL": "redis://h:6379/0"}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{}
@@ -83,6 +84,7 @@ func TestLoadConfig(t *testing.T) {
 // an in-process broker, with redelivered events, an unknown event type and a
 // record that is no CloudEvent at all.
 func TestConsumersAggregate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	rdb := f.redis(t)

@@ -1,22 +1,13 @@
 package consumer
 
 import (
-	"log/slog"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 // TestGroupsAreDistinct: two consumers sharing a group would split one
 // topic's partitions between them, and share idempotency keys.
 func TestGroupsAreDistinct(t *testing.T) {
-	h, err := New(events.NewRegistry(), nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := &Handlers{} // Spec needs no dependency
 	owner := map[string]string{}
 	for _, name := range Names {
 		spec, err := h.Spec(name)

@@ -59,6 +59,7 @@ func readMetrics(t *testing.T, conn *pgx.Conn) map[int64]metrics {
 }
 
 func TestApplyOrderPaidOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, conn := open(t)
 	sales := []store.Sale{{ProductID: 1, Quantity: 2, Amount: 200}, {ProductID: 2, Quantity: 1, Amount: 50}, {ProductID: 1, Quantity: 1, Amount: 100}}
@@ -93,6 +94,7 @@ func TestApplyOrderPaidOnce(t *testing.T) {
 }
 
 func TestApplyViewsCountsOnlyNewEvents(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, conn := open(t)
 	n, err := s.ApplyViews(ctx, []store.View{{"g:a", 1}, {"g:b", 1}, {"g:c", 2}, {"g:a", 1}})
@@ -110,6 +112,7 @@ func TestApplyViewsCountsOnlyNewEvents(t *testing.T) {
 }
 
 func TestApplyLikes(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		batch     []store.LikeChange
 		wantDelta map[int64]int64
@@ -172,6 +175,7 @@ func TestApplyLikes(t *testing.T) {
 // event stream at once (as during a rebalance) must end in the state of the
 // last event per (user, product), and like_count must equal the liked states.
 func TestApplyLikesConvergesUnderRacingRedelivery(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, conn := open(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -234,6 +238,7 @@ func TestApplyLikesConvergesUnderRacingRedelivery(t *testing.T) {
 }
 
 func TestPurgeHandled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, conn := open(t)
 	if _, err := conn.Exec(ctx, `
