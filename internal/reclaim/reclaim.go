@@ -38,6 +38,11 @@ import (
 // Config.MaxRedrives.
 const HeaderRedriveCount = "pcon-redrive-count"
 
+// Group is the consumer group whose committed offsets in the .DLT topics
+// mark how far reclaiming got. The scheduled reclaimer and pipelinectl share
+// it, so a record re-driven by hand is not re-driven again by the schedule.
+const Group = "pcon-reclaimer"
+
 // Outcome is what a pass did with one DLT record.
 type Outcome string
 

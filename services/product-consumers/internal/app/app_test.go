@@ -49,6 +49,9 @@ func TestLoadConfig(t *testing.T) {
 		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
 		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
 		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
+		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
+		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
+		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 	}
 	for _, tc := range tests {
@@ -61,7 +64,8 @@ func TestLoadConfig(t *testing.T) {
 				want := app.Config{DatabaseURL: "postgres://h/db", DBMaxConns: 16, KafkaBrokers: []string{"a:9092", "b:9092"},
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
-					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second}
+					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
+					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
 				if diff := cmp.Diff(want, cfg); diff != "" {
 					t.Errorf("config mismatch (-want +got):\n%s", diff)
 				}
