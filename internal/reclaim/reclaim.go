@@ -650,7 +650,7 @@ func (m *metrics) observe(domain, shard string, pr PartitionResult, elapsed time
 		m.messages.WithLabelValues(domain, shard, string(o)).Add(float64(n))
 	}
 	m.latency.WithLabelValues(domain, shard).Observe(elapsed.Seconds())
-	if pr.End > 0 {
+	if pr.Err == nil {
 		m.pending.WithLabelValues(domain, shard).Set(float64(pr.End - pr.Committed))
 	}
 }
