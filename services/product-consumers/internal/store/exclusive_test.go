@@ -9,7 +9,8 @@ import (
 )
 
 // TestExclusivePass: of two replicas (two stores on one database), only one
-// runs a reclaim pass at a time; once it is done the other may.
+// runs a pass under a lock name at a time; once it is done the other may, and
+// a pass under another name runs meanwhile.
 func TestExclusivePass(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
@@ -22,10 +23,14 @@ func TestExclusivePass(t *testing.T) {
 		t.Cleanup(s.Close)
 		replicas[i] = s
 	}
-	var innerRan bool
-	outerRan, err := replicas[0].ExclusivePass(ctx, func(ctx context.Context) {
+	var innerRan, otherRan bool
+	outerRan, err := replicas[0].ExclusivePass(ctx, "reclaim:like-events", func(ctx context.Context) {
 		var err error
-		innerRan, err = replicas[1].ExclusivePass(ctx, func(context.Context) {})
+		innerRan, err = replicas[1].ExclusivePass(ctx, "reclaim:like-events", func(context.Context) {})
+		if err != nil {
+			t.Error(err)
+		}
+		otherRan, err = replicas[1].ExclusivePass(ctx, "reclaim:order-events", func(context.Context) {})
 		if err != nil {
 			t.Error(err)
 		}
@@ -33,10 +38,10 @@ func TestExclusivePass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !outerRan || innerRan {
-		t.Fatalf("first replica ran %v, second ran %v during it; want true, false", outerRan, innerRan)
+	if !outerRan || innerRan || !otherRan {
+		t.Fatalf("first replica ran %v, second ran %v on the same topics and %v on others during it; want true, false, true", outerRan, innerRan, otherRan)
 	}
-	if ran, err := replicas[1].ExclusivePass(ctx, func(context.Context) {}); err != nil || !ran {
+	if ran, err := replicas[1].ExclusivePass(ctx, "reclaim:like-events", func(context.Context) {}); err != nil || !ran {
 		t.Fatalf("second replica after the first finished: ran %v, %v", ran, err)
 	}
 }
