@@ -157,12 +157,9 @@ func New(cfg Config) (*Reclaimer, error) {
 	// A record goes back to the partition it came from (its origin header),
 	// whatever the key hashes to, so it meets the same consumer ordering.
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	// A pass reads only records below the high water mark it saw, so a
 	// fetch has nothing to wait for.
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
-	// Commits happen only after republishes are acknowledged, never by timer.
-	sc.Consumer.Offsets.AutoCommit.Enable = false
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Brokers, err)

@@ -1,11 +1,15 @@
 package reclaim_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,13 +279,28 @@ func TestFailedDomainDoesNotStopOthers(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 0, key: "o", age: time.Hour})
 	// stock-events.DLT does not exist in this cluster.
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"stock-events", "order-events"} })
+	var logs bytes.Buffer
+	r := e.reclaimer(nil, func(c *reclaim.Config) {
+		c.Topics = []string{"stock-events", "order-events"}
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
 	res := r.Pass(context.Background(), reclaim.Options{})
 	if res.Domains[0].Err == nil {
 		t.Error("the stock domain reported no error")
 	}
 	if got := res.Totals()[reclaim.Redriven]; got != 1 {
 		t.Errorf("order domain re-drove %d, want 1", got)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(rec["level"], " ", rec["msg"], " ", rec["domain"], rec["redriven"]))
+	}
+	if diff := cmp.Diff([]string{"ERROR reclaim domain error stock<nil>", "INFO reclaim completed <nil> 1"}, got); diff != "" {
+		t.Errorf("log lines (-want +got):\n%s", diff)
 	}
 }
 
