@@ -29,7 +29,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
@@ -42,6 +41,8 @@ type options struct {
 	keys          int
 	maxInFlight   int
 	noopInFlight  int
+	hotRecords    int // per hot-key topic
+	hotBaseline   int // records the one-record-per-key baseline drains
 	memProfile    string
 	cpuProfile    string
 	mutexProfile  string
@@ -65,6 +66,8 @@ func run(out io.Writer, args []string) error {
 	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight for the sleeping handlers and the memory run")
 	fs.IntVar(&o.noopInFlight, "noop-max-in-flight", 128, "pcon MaxInFlight for the no-op handler")
+	fs.IntVar(&o.hotRecords, "hot-records", 1_000_000, "records of each hot-key topic (one key; Zipf over 10,000 keys); 0 skips the hot-key scenarios")
+	fs.IntVar(&o.hotBaseline, "hot-baseline-records", 20_000, "records the one-record-per-key baseline drains in the Zipf scenario (a fortieth of it with one key)")
 	fs.IntVar(&o.rounds, "rounds", 3, "runs of each side per scenario, alternating; the best of each is reported")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile taken at the memory scenario's peak to this file")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -139,6 +142,11 @@ func run(out io.Writer, args []string) error {
 		fmt.Fprintf(tw, "handler %v\t%.0f\t%s\t%.0f\t%.2fx\t%s\t\n", sc.lat, p, baseName, s, p/s, sc.target(p, s))
 	}
 	tw.Flush()
+	if o.hotRecords > 0 {
+		if err := b.hotKeys(out); err != nil {
+			return err
+		}
+	}
 	if o.memoryRecords > 0 {
 		if err := b.memory(out); err != nil {
 			return err
@@ -155,29 +163,7 @@ type bench struct {
 func (b *bench) group() string { return "bench-" + strconv.FormatInt(b.groups.Add(1), 10) }
 
 func (b *bench) produce(topic string, n int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.o.brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.MaxBufferedRecords(50_000), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	for i := range n {
-		wg.Add(1)
-		r := &kgo.Record{Key: []byte("k" + strconv.Itoa(i%b.o.keys)), Value: []byte("v" + strconv.Itoa(i))}
-		cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				failed.CompareAndSwap(nil, &err)
-			}
-			wg.Done()
-		})
-	}
-	wg.Wait()
-	if p := failed.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return b.produceKeyed(topic, n, func(i int) string { return "k" + strconv.Itoa(i%b.o.keys) })
 }
 
 func (b *bench) saramaConfig() *sarama.Config {
@@ -238,15 +224,14 @@ type progress struct {
 
 func newProgress(n int) *progress { return &progress{n: int64(n), finished: make(chan struct{})} }
 
-func (p *progress) add() {
-	switch p.done.Add(1) {
-	case 1:
+func (p *progress) add() { p.addN(1) }
+
+func (p *progress) addN(k int) {
+	done := p.done.Add(int64(k))
+	if done == int64(k) {
 		p.first.Store(time.Now().UnixNano())
-		if p.n == 1 {
-			p.last = time.Now()
-			close(p.finished)
-		}
-	case p.n:
+	}
+	if done >= p.n && done-int64(k) < p.n {
 		p.last = time.Now()
 		close(p.finished)
 	}

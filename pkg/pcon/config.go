@@ -93,8 +93,43 @@ type Config struct {
 	// Default 5s.
 	RevokeGrace time.Duration
 
+	// KeyQueueCapacity bounds the records one key (one partition, in
+	// PartitionOrder) may hold queued behind its running records, so that a
+	// flooded key cannot take the whole MaxInFlight budget from the others.
+	// Default MaxInFlight/4; at most MaxInFlight.
+	KeyQueueCapacity int
+	// KeyOverflow says what happens to a record that finds its key's queue
+	// full. Default Block.
+	KeyOverflow Overflow
+
+	// HandlerTimeout, when set, gives every handler call a context with
+	// this deadline. A call that returns after it fails all its records
+	// with ErrHandlerTimeout, whatever it returned; they are retried and
+	// then dead-lettered like any failure. pcon never abandons a handler
+	// that has not returned (its key stays busy), so handlers must honour
+	// their context. Default 0: no deadline.
+	HandlerTimeout time.Duration
+
 	// Batch tunes the micro-batch engine used with a BatchHandler.
 	Batch BatchConfig
+
+	// OnAssigned is called when this Consumer starts owning partitions, and
+	// OnRevoked when it stops owning them (rebalance or shutdown), after
+	// the final commit. Each call describes one partition of one topic,
+	// from that partition's own goroutine: calls for different partitions
+	// may run concurrently, calls for one partition are ordered. They are
+	// called outside pcon's locks but hold up the partition's start or
+	// release, so they must return quickly. Either may be nil.
+	OnAssigned func(group string, ps []PartitionEvent)
+	OnRevoked  func(group string, ps []PartitionEvent)
+
+	// InstanceID makes this Consumer a static member of the group (KIP-345):
+	// a member restarted with the same InstanceID within the session
+	// timeout gets its partitions back without a rebalance of the others.
+	// Each running member needs its own; a stable name per replica (a
+	// Kubernetes StatefulSet pod name) is what it is for. Empty means a
+	// dynamic member.
+	InstanceID string
 
 	// Logger receives structured logs. nil discards them.
 	Logger *slog.Logger
@@ -107,11 +142,64 @@ type BatchConfig struct {
 	// MaxBytes of keys and values per batch; a larger single record still
 	// runs, alone. Default 1 MiB.
 	MaxBytes int
-	// MaxWait is how long the first record of a batch waits for more.
-	// Default 10ms.
+	// MaxWait is an optional linger: how long a batch that is not full may
+	// wait for more records while a batch slot is free. With the default,
+	// 0, a batch starts as soon as a slot is free, with whatever records
+	// are ready; while all slots are busy records accumulate, so batches
+	// grow with the load and an idle consumer adds no latency.
 	MaxWait time.Duration
 	// Concurrency is how many batches run at once. Default 4.
 	Concurrency int
+	// MaxRun is how many records of one key a batch may hold (in
+	// PartitionOrder, of one partition). Default MaxRecords; 1 gives one
+	// record per key per batch, for a handler that cannot take a key's
+	// records together.
+	MaxRun int
+}
+
+// Overflow says what happens to a record that finds its key's queue full
+// (Config.KeyQueueCapacity).
+type Overflow int
+
+const (
+	// Block stops taking records of the key's partition until the key's
+	// queue has drained to 70 % of its capacity; other partitions go on.
+	Block Overflow = iota
+	// DropOldest completes the key's oldest queued record without running
+	// it (counted in PartitionStats.Dropped, logged), and queues the new one.
+	DropOldest
+	// DeadLetter sends the arriving record to the dead-letter topic, with
+	// HeaderReason "key-queue-full".
+	DeadLetter
+)
+
+// String returns the policy's name.
+func (o Overflow) String() string {
+	switch o {
+	case Block:
+		return "block"
+	case DropOldest:
+		return "drop-oldest"
+	case DeadLetter:
+		return "dead-letter"
+	}
+	return fmt.Sprintf("Overflow(%d)", int(o))
+}
+
+// PartitionEvent describes one partition in an assignment hook.
+type PartitionEvent struct {
+	Topic     string
+	Partition int32
+	// Epoch is the assignment epoch pcon gave the partition; it grows with
+	// each assignment of the partition to this Consumer.
+	Epoch uint64
+	// Offset is, in OnAssigned, the committed offset the assignment starts
+	// at (the reset offset if none was committed); in OnRevoked, the offset
+	// committed at release.
+	Offset int64
+	// Completed counts, in OnRevoked, the records completed during the
+	// assignment.
+	Completed uint64
 }
 
 // ConfigError reports an invalid Config field.
@@ -152,8 +240,13 @@ func (c Config) Validate() error {
 	if c.Ordering < KeyOrder || c.Ordering > Unordered {
 		bad("Ordering", "unknown ordering %d", int(c.Ordering))
 	}
+	if c.KeyOverflow < Block || c.KeyOverflow > DeadLetter {
+		bad("KeyOverflow", "unknown policy %d", int(c.KeyOverflow))
+	}
 	nonNegative := map[string]int64{
 		"MaxInFlight":       int64(c.MaxInFlight),
+		"KeyQueueCapacity":  int64(c.KeyQueueCapacity),
+		"HandlerTimeout":    int64(c.HandlerTimeout),
 		"MaxAttempts":       int64(c.MaxAttempts),
 		"Backoff":           int64(c.Backoff),
 		"MaxBackoff":        int64(c.MaxBackoff),
@@ -163,6 +256,7 @@ func (c Config) Validate() error {
 		"Batch.MaxBytes":    int64(c.Batch.MaxBytes),
 		"Batch.MaxWait":     int64(c.Batch.MaxWait),
 		"Batch.Concurrency": int64(c.Batch.Concurrency),
+		"Batch.MaxRun":      int64(c.Batch.MaxRun),
 	}
 	// Sorted so that the joined error reads the same every time.
 	for _, f := range slices.Sorted(maps.Keys(nonNegative)) {
@@ -173,12 +267,19 @@ func (c Config) Validate() error {
 	if c.BackoffMultiplier != 0 && c.BackoffMultiplier < 1 {
 		bad("BackoffMultiplier", "must be at least 1, got %v", c.BackoffMultiplier)
 	}
-	if c.Sarama != nil {
-		if err := c.Sarama.Validate(); err != nil {
-			bad("Sarama", "%v", err)
+	d := c.withDefaults()
+	if c.Sarama != nil || c.InstanceID != "" {
+		if err := d.Sarama.Validate(); err != nil {
+			field := "Sarama"
+			if strings.Contains(strings.ToLower(err.Error()), "instance") {
+				field = "InstanceID"
+			}
+			bad(field, "%v", err)
 		}
 	}
-	d := c.withDefaults()
+	if d.MaxInFlight > 0 && d.KeyQueueCapacity > d.MaxInFlight {
+		bad("KeyQueueCapacity", "%d must not exceed MaxInFlight (%d)", d.KeyQueueCapacity, d.MaxInFlight)
+	}
 	if rt := d.Sarama.Consumer.Group.Rebalance.Timeout; d.RevokeGrace >= rt {
 		bad("RevokeGrace", "%v must be shorter than Sarama.Consumer.Group.Rebalance.Timeout (%v)", d.RevokeGrace, rt)
 	}
@@ -198,11 +299,15 @@ func (c Config) withDefaults() Config {
 	sc.Consumer.Return.Errors = true
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
+	if c.InstanceID != "" {
+		sc.Consumer.Group.InstanceId = c.InstanceID
+	}
 	c.Sarama = &sc
 	if c.KeyResolver == nil {
 		c.KeyResolver = RecordKey
 	}
 	setDefault(&c.MaxInFlight, 1000)
+	setDefault(&c.KeyQueueCapacity, max(1, c.MaxInFlight/4))
 	setDefault(&c.MaxAttempts, 3)
 	setDefault(&c.Backoff, time.Second)
 	setDefault(&c.BackoffMultiplier, 1)
@@ -212,8 +317,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.RevokeGrace, 5*time.Second)
 	setDefault(&c.Batch.MaxRecords, 100)
 	setDefault(&c.Batch.MaxBytes, 1<<20)
-	setDefault(&c.Batch.MaxWait, 10*time.Millisecond)
 	setDefault(&c.Batch.Concurrency, 4)
+	setDefault(&c.Batch.MaxRun, c.Batch.MaxRecords)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -52,6 +52,16 @@ func TestConfigValidate(t *testing.T) {
 		{name: "unknown ordering", mutate: func(c *Config) { c.Ordering = 7 }, want: []string{"Ordering"}},
 		{name: "negative max in flight", mutate: func(c *Config) { c.MaxInFlight = -1 }, want: []string{"MaxInFlight"}},
 		{name: "negative batch wait", mutate: func(c *Config) { c.Batch.MaxWait = -time.Second }, want: []string{"Batch.MaxWait"}},
+		{name: "unknown overflow policy", mutate: func(c *Config) { c.KeyOverflow = 9 }, want: []string{"KeyOverflow"}},
+		{name: "negative key queue capacity", mutate: func(c *Config) { c.KeyQueueCapacity = -1 }, want: []string{"KeyQueueCapacity"}},
+		{
+			name:   "key queue larger than the whole budget",
+			mutate: func(c *Config) { c.MaxInFlight, c.KeyQueueCapacity = 10, 11 },
+			want:   []string{"KeyQueueCapacity"},
+		},
+		{name: "negative handler timeout", mutate: func(c *Config) { c.HandlerTimeout = -time.Second }, want: []string{"HandlerTimeout"}},
+		{name: "static member id", mutate: func(c *Config) { c.InstanceID = "consumer-0" }},
+		{name: "invalid static member id", mutate: func(c *Config) { c.InstanceID = "bad id!" }, want: []string{"InstanceID"}},
 		{name: "shrinking backoff", mutate: func(c *Config) { c.BackoffMultiplier = 0.5 }, want: []string{"BackoffMultiplier"}},
 		{
 			name:   "grace not shorter than the rebalance timeout",
@@ -116,12 +126,14 @@ func TestDefaults(t *testing.T) {
 		"MaxInFlight": d.MaxInFlight, "MaxAttempts": d.MaxAttempts, "Backoff": d.Backoff,
 		"DLTSuffix": d.DLTSuffix, "CommitInterval": d.CommitInterval, "RevokeGrace": d.RevokeGrace,
 		"Batch": d.Batch, "AutoCommit": d.Sarama.Consumer.Offsets.AutoCommit.Enable,
+		"KeyQueueCapacity": d.KeyQueueCapacity, "KeyOverflow": d.KeyOverflow, "HandlerTimeout": d.HandlerTimeout,
 		"caller's sarama config untouched": base.Consumer.Offsets.AutoCommit.Enable,
 	}
 	want := map[string]any{
 		"MaxInFlight": 1000, "MaxAttempts": 3, "Backoff": time.Second,
 		"DLTSuffix": ".DLT", "CommitInterval": time.Second, "RevokeGrace": 5 * time.Second,
-		"Batch":      BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 10 * time.Millisecond, Concurrency: 4},
+		"Batch":            BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 0, Concurrency: 4, MaxRun: 100},
+		"KeyQueueCapacity": 250, "KeyOverflow": Block, "HandlerTimeout": time.Duration(0),
 		"AutoCommit": false, "caller's sarama config untouched": true,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

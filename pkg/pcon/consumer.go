@@ -27,7 +27,25 @@ const (
 	HeaderError             = "pcon-error"
 	HeaderAttempts          = "pcon-attempts"
 	HeaderDeadLetteredAt    = "pcon-dead-lettered-at" // RFC 3339, nanoseconds
+	// HeaderReason says why the record was dead-lettered: ReasonFailed,
+	// ReasonPermanent or ReasonKeyQueueFull.
+	HeaderReason = "pcon-reason"
 )
+
+// Values of HeaderReason.
+const (
+	ReasonFailed       = "failed"         // every attempt failed
+	ReasonPermanent    = "permanent"      // the handler's error was wrapped with Permanent
+	ReasonKeyQueueFull = "key-queue-full" // refused on arrival by the DeadLetter overflow policy
+)
+
+// ErrHandlerTimeout is the error of records whose handler call returned
+// after Config.HandlerTimeout. It wraps context.DeadlineExceeded.
+var ErrHandlerTimeout = engine.ErrTimeout
+
+// ErrKeyQueueFull is the error recorded for a record refused because its
+// key's queue was full, under the DeadLetter overflow policy.
+var ErrKeyQueueFull = core.ErrKeyQueueFull
 
 // ErrAlreadyRunning is returned by Run on a Consumer that is running or ran.
 var ErrAlreadyRunning = errors.New("pcon: Run called twice")
@@ -70,13 +88,21 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		done: make(chan struct{}),
 	}
 	ordering := map[Ordering]core.Ordering{KeyOrder: core.ByKey, PartitionOrder: core.ByPartition, Unordered: core.None}
-	c.core = core.New(core.Config{
-		MaxInFlight:    cfg.MaxInFlight,
-		Ordering:       ordering[cfg.Ordering],
-		OrderEmptyKeys: cfg.OrderEmptyKeys,
-		MaxAttempts:    cfg.MaxAttempts,
-		Backoff:        cfg.backoff,
-	}, core.Deps{
+	cc := core.Config{
+		MaxInFlight:      cfg.MaxInFlight,
+		Ordering:         ordering[cfg.Ordering],
+		OrderEmptyKeys:   cfg.OrderEmptyKeys,
+		MaxAttempts:      cfg.MaxAttempts,
+		Backoff:          cfg.backoff,
+		KeyQueueCapacity: cfg.KeyQueueCapacity,
+		Overflow:         core.Overflow(cfg.KeyOverflow),
+	}
+	if _, ok := h.(BatchHandler); ok {
+		// A batch may hold a key's run of records; a run never exceeds
+		// one batch.
+		cc.MaxRun, cc.MaxRunBytes = min(cfg.Batch.MaxRun, cfg.Batch.MaxRecords), cfg.Batch.MaxBytes
+	}
+	c.core = core.New(cc, core.Deps{
 		Submit:     func(ts ...engine.Task) error { return c.engine.Submit(ts...) },
 		SetPaused:  c.pause.set,
 		DeadLetter: c.deadLetter,
@@ -106,9 +132,10 @@ func newEngine(cfg Config, h Handler, sink engine.Sink) engine.Engine {
 			MaxBytes:    cfg.Batch.MaxBytes,
 			MaxWait:     cfg.Batch.MaxWait,
 			Concurrency: cfg.Batch.Concurrency,
+			Timeout:     cfg.HandlerTimeout,
 		})
 	default:
-		return engine.NewPerRecord(recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight)
+		return engine.NewPerRecord(recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight, cfg.HandlerTimeout)
 	}
 }
 
@@ -134,6 +161,11 @@ func batchRunner(h BatchHandler) engine.Runner {
 		errs := make([]error, len(ts))
 		var be *BatchError
 		if !errors.As(err, &be) {
+			if len(ts) > 1 && isPermanent(err) {
+				// Nothing says which record made the batch fail: try
+				// each alone (retries run alone) before giving up on any.
+				err = &unattributed{err}
+			}
 			for i := range errs {
 				errs[i] = err
 			}
@@ -147,6 +179,13 @@ func batchRunner(h BatchHandler) engine.Runner {
 		return errs
 	}
 }
+
+// unattributed is a batch's Permanent error that names no record: its
+// records are retried, alone, rather than all dead-lettered. It keeps the
+// message but hides the Permanent mark.
+type unattributed struct{ err error }
+
+func (e *unattributed) Error() string { return "batch failed: " + e.err.Error() }
 
 // Run joins the group and consumes until ctx ends, Close is called, or a
 // fatal error occurs, which it returns. On the way out every partition is
@@ -291,6 +330,7 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	add(HeaderConsumerGroup, c.cfg.Group)
 	add(HeaderError, cause.Error())
 	add(HeaderAttempts, strconv.Itoa(attempts))
+	add(HeaderReason, deadLetterReason(cause))
 	add(HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
 	if _, _, err := (*p).SendMessage(msg); err != nil {
 		return fmt.Errorf("pcon: publish to %s: %w", msg.Topic, err)
@@ -298,6 +338,16 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	c.log.Warn("pcon: record dead-lettered", "topic", r.Topic, "partition", r.Partition,
 		"offset", r.Offset, "attempts", attempts, "error", cause)
 	return nil
+}
+
+func deadLetterReason(cause error) string {
+	switch {
+	case errors.Is(cause, ErrKeyQueueFull):
+		return ReasonKeyQueueFull
+	case isPermanent(cause):
+		return ReasonPermanent
+	}
+	return ReasonFailed
 }
 
 // pauser applies backpressure by stopping the partition feeders: they stop

@@ -43,6 +43,21 @@
 // Keys are scoped to a partition. Config.MaxInFlight bounds the records
 // being handled across all partitions.
 //
+// # Hot keys and bounds
+//
+// With a BatchHandler a key's queued records run as one run in a batch, so
+// a flooded key moves Batch.MaxRecords records per handler call. Batches
+// start as soon as a slot is free (Batch.MaxWait is only an optional
+// linger), so batching costs an idle consumer no latency and batches grow
+// with the load. Config.KeyQueueCapacity bounds the records one key may
+// hold queued (default a quarter of MaxInFlight, so no key takes the whole
+// budget); past it Config.KeyOverflow applies: Block stops fetching that
+// key's partition until the key drains while other partitions go on,
+// DropOldest completes the key's oldest queued record without running it,
+// DeadLetter sends the arriving record to the dead-letter topic.
+// PartitionStats reports active keys, the longest key queue and overflow
+// counts. Config.HandlerTimeout gives each handler call a deadline.
+//
 // # Offsets
 //
 // Each partition tracks which received records completed. The committed
@@ -99,12 +114,15 @@
 //     per claimed partition (feeding records), one committer per group
 //     session, handler goroutines (for a RecordHandler, workers started on
 //     demand, at most MaxInFlight, kept until shutdown; for a BatchHandler,
-//     one per formed batch, at most Batch.Concurrency running), and one per
-//     record being dead-lettered. All have exited when Run returns.
+//     at most Batch.Concurrency, each taking batches while there are any),
+//     and one per record being dead-lettered. All have exited when Run
+//     returns.
+//   - Config.OnAssigned and OnRevoked run on the partition's own goroutine,
+//     outside pcon's locks, concurrently for different partitions.
 //   - Handlers run concurrently with each other: the same handler value is
-//     called from many goroutines. Two records of one key (KeyOrder) or one
-//     partition (PartitionOrder) never run at the same time in one
-//     Consumer, and a key's records run in offset order.
+//     called from many goroutines. Two handler calls never hold records of
+//     one key (KeyOrder) or one partition (PartitionOrder) at the same time
+//     in one Consumer, and a key's records run in offset order.
 //   - A handler's context is cancelled when the Consumer shuts down and
 //     handlers are still running a further RevokeGrace after the
 //     partitions were released. It is not cancelled on revoke; a handler

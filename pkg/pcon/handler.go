@@ -40,20 +40,32 @@ type RecordHandler func(ctx context.Context, r *Record) error
 // BatchHandler processes a micro-batch. It selects the micro-batch engine,
 // tuned by Config.Batch.
 //
-// A batch holds at most one record per ordering key (per partition in
-// PartitionOrder), so records of a key arrive in offset order across
-// batches; a batch mixes keys and partitions freely.
+// A batch mixes keys and partitions freely and may hold a run of several
+// records of one ordering key (of one partition, in PartitionOrder): the
+// key's consecutive records that were ready, in offset order in the slice.
+// A key's next run starts only after its previous run completed, so records
+// of a key are handled in offset order within and across batches. A hot key
+// is therefore handled up to Batch.MaxRecords records per call, not one.
 //
 // The return value decides each record's fate:
 //   - nil: every record succeeded;
 //   - a *BatchError: the records it names failed with their errors, all
-//     others succeeded;
-//   - any other error, or a panic: every record of the batch failed.
+//     others succeeded, except as below;
+//   - any other error, or a panic: every record of the batch failed. Such
+//     an error names no record, so even if Permanent it only fails the
+//     attempt (of a batch of more than one record): the records are
+//     retried.
 //
-// Failed records are retried one by one, each holding only its own key, with
-// its own attempt count; a retried record may share its next batch with
-// other records. Permanent, on the batch error or on one record's error,
-// skips the retries.
+// When record i fails, the records of the same key after i in the batch are
+// not complete either, whatever was returned for them: they run again, in
+// order, after i has succeeded or been dead-lettered. A handler may skip
+// them once i failed. Records of other keys are unaffected.
+//
+// A failed record is retried in a batch of its own, holding only its own
+// key, with its own attempt count: a poison record that fails its whole
+// batch is isolated on the retry, and only it reaches the dead-letter
+// topic. Permanent on one record's error (in a BatchError, or on the error
+// of a batch of one record) skips the retries.
 type BatchHandler func(ctx context.Context, rs []*Record) error
 
 func (RecordHandler) engineKind() string { return "record" }

@@ -3,6 +3,7 @@ package pcon
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -70,22 +71,45 @@ func TestBatchRunnerAttribution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			run := batchRunner(func(context.Context, []*Record) error { return tt.ret })
-			tasks := make([]engine.Task, 3)
-			h := core.New(core.Config{MaxInFlight: 3, MaxAttempts: 1}, core.Deps{
-				Submit:    func(ts ...engine.Task) error { copy(tasks, ts); return nil },
-				SetPaused: func(bool) {},
-			})
-			defer h.Close()
-			ep := h.Assign(engine.TP{Topic: "t"}, 0, "")
-			items := []core.Item{{Offset: 0, Payload: &Record{}}, {Offset: 1, Payload: &Record{}}, {Offset: 2, Payload: &Record{}}}
-			h.Add(engine.TP{Topic: "t"}, ep, items, 3)
-			got := run(context.Background(), tasks)
+			got := run(context.Background(), recordTasks(3))
 			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}
+	t.Run("a permanent error of a whole batch names no record", func(t *testing.T) {
+		perm := Permanent(boom)
+		run := batchRunner(func(context.Context, []*Record) error { return perm })
+		errs := run(context.Background(), recordTasks(2))
+		for i, err := range errs {
+			if err == nil || isPermanent(err) || !strings.Contains(err.Error(), "boom") {
+				t.Errorf("record %d: error %v, want a non-permanent error naming the cause", i, err)
+			}
+		}
+		if errs := run(context.Background(), recordTasks(1)); !isPermanent(errs[0]) {
+			t.Errorf("a batch of one record: error %v, want it permanent", errs[0])
+		}
+	})
 	if got := (&BatchError{Failed: map[int]error{2: boom, 0: boom}}).Error(); got != "pcon: 2 records of the batch failed; [0]: boom; [2]: boom" {
 		t.Errorf("Error() = %q", got)
 	}
+}
+
+// recordTasks returns n tasks whose payload the runner can read, as the
+// control plane would hand them over.
+func recordTasks(n int) []engine.Task {
+	tasks := make([]engine.Task, n)
+	h := core.New(core.Config{MaxInFlight: n, MaxAttempts: 1}, core.Deps{
+		Submit:    func(ts ...engine.Task) error { copy(tasks, ts); return nil },
+		SetPaused: func(bool) {},
+	})
+	defer h.Close()
+	tp := engine.TP{Topic: "t"}
+	ep := h.Assign(tp, 0, "")
+	items := make([]core.Item, n)
+	for i := range items {
+		items[i] = core.Item{Offset: int64(i), Payload: &Record{}}
+	}
+	h.Add(tp, ep, items, int64(n))
+	return tasks
 }

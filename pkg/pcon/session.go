@@ -1,6 +1,7 @@
 package pcon
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -82,8 +83,41 @@ func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
 			}
 			h.commitMu.Unlock()
 			sess.Commit()
+			h.refreshLogEnds()
 		}
 	}
+}
+
+// refreshLogEnds asks the broker for the log end of partitions whose
+// records are not being fetched (paused, or blocked on a full key queue):
+// sarama learns it only from fetches, so true lag would freeze while the
+// backlog grows.
+func (h *groupHandler) refreshLogEnds() {
+	for tp, epoch := range h.c.core.Stalled() {
+		end, err := h.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetNewest)
+		if err != nil {
+			h.c.log.Debug("pcon: read log end offset", "topic", tp.Topic, "partition", tp.Partition, "error", err)
+			continue
+		}
+		h.c.core.SetLogEnd(tp, epoch, end)
+	}
+}
+
+// startOffset resolves the claim's initial offset. Without a committed
+// offset sarama hands over its OffsetOldest/OffsetNewest sentinel; the
+// tracker needs the real offset, or its lag and commits would be computed
+// from -2. If the broker cannot say, the sentinel stays: the tracker then
+// starts at the first record received.
+func (h *groupHandler) startOffset(topic string, partition int32, initial int64) int64 {
+	if initial >= 0 {
+		return initial
+	}
+	off, err := h.client.GetOffset(topic, partition, initial)
+	if err != nil {
+		h.c.log.Warn("pcon: resolve start offset", "topic", topic, "partition", partition, "error", err)
+		return initial
+	}
+	return off
 }
 
 // mark sets the session's offset and metadata for cm. MarkOffset only
@@ -105,7 +139,11 @@ const fetchBatch = 256
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	c := h.c
 	tp := engine.TP{Topic: claim.Topic(), Partition: claim.Partition()}
-	epoch := c.core.Assign(tp, claim.InitialOffset(), h.meta[tp])
+	start := h.startOffset(tp.Topic, tp.Partition, claim.InitialOffset())
+	epoch := c.core.Assign(tp, start, h.meta[tp])
+	if c.cfg.OnAssigned != nil {
+		c.cfg.OnAssigned(c.cfg.Group, []PartitionEvent{{Topic: tp.Topic, Partition: tp.Partition, Epoch: epoch, Offset: start}})
+	}
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
@@ -141,7 +179,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				break drain
 			}
 		}
-		c.core.Add(tp, epoch, items, claim.HighWaterMarkOffset())
+		open = c.feed(ctx, tp, epoch, items, claim.HighWaterMarkOffset())
 		clear(items)
 	}
 	cm, ok := c.core.Revoke(tp, epoch, c.cfg.RevokeGrace)
@@ -149,8 +187,31 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		h.commitMu.Lock()
 		mark(sess, cm)
 		h.commitMu.Unlock()
+		if c.cfg.OnRevoked != nil {
+			c.cfg.OnRevoked(c.cfg.Group, []PartitionEvent{{
+				Topic: tp.Topic, Partition: tp.Partition, Epoch: epoch, Offset: cm.Offset, Completed: cm.Completed,
+			}})
+		}
 	}
 	return nil
+}
+
+// feed hands items to the control plane, waiting whenever a full key queue
+// blocks the partition. It reports false if ctx ended while waiting.
+func (c *Consumer) feed(ctx context.Context, tp engine.TP, epoch uint64, items []core.Item, logEnd int64) bool {
+	for len(items) > 0 {
+		n, wait := c.core.Add(tp, epoch, items, logEnd)
+		items = items[n:]
+		if wait == nil {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Consumer) item(m *sarama.ConsumerMessage) core.Item {

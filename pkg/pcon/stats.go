@@ -29,14 +29,20 @@ type PartitionStats struct {
 	Assigned  bool // owned right now; the fields up to Counters are valid only then
 	Paused    bool // fetching paused by backpressure
 
-	HighWaterMark int64         // everything below is complete; the offset committed next
-	LogEnd        int64         // log end offset as last fetched
-	TrueLag       int64         // LogEnd - HighWaterMark: records not complete yet
-	GapSize       int           // complete records above HighWaterMark, waiting on it
-	Blocking      int64         // the incomplete offset holding HighWaterMark back, -1 if none
-	BlockedFor    time.Duration // how long Blocking has held it
-	InFlight      int
-	Queued        int
+	// Committable is the offset committed next: every record below it is
+	// complete. (It is not Kafka's high watermark, the log end: that is
+	// LogEnd.)
+	Committable  int64
+	LogEnd       int64         // log end offset, as last fetched or, while not fetching, asked for
+	TrueLag      int64         // LogEnd - Committable: records not complete yet
+	GapSize      int           // complete records above Committable, waiting on it
+	Blocking     int64         // the incomplete offset holding Committable back, -1 if none
+	BlockedFor   time.Duration // how long Blocking has held it
+	InFlight     int
+	Queued       int
+	ActiveKeys   int  // keys with records running, waiting for a retry or queued
+	LongestKey   int  // records queued behind the busiest key
+	BlockedOnKey bool // fetching stopped until a full key queue drains (Block policy)
 
 	Processed    uint64 // handled successfully
 	Retried      uint64 // failed attempts that were retried
@@ -44,6 +50,9 @@ type PartitionStats struct {
 	DLTFailures  uint64 // failed dead-letter publishes (the record stays uncommitted)
 	StaleDropped uint64 // completions from an earlier assignment, discarded
 	Skipped      uint64 // records a previous owner completed, skipped on hydration
+	KeyBlocks    uint64 // times fetching stopped on a full key queue (Block)
+	Dropped      uint64 // records completed without running (DropOldest)
+	Overflowed   uint64 // records dead-lettered on a full key queue (DeadLetter)
 }
 
 // LatencyStats is a histogram of handler latency for one topic. For a
@@ -67,17 +76,23 @@ func (c *Consumer) Stats() Stats {
 			Blocking:  -1,
 			Processed: p.Counters.Processed, Retried: p.Counters.Retried, DeadLettered: p.Counters.DeadLettered,
 			DLTFailures: p.Counters.DLTFailures, StaleDropped: p.Counters.StaleDropped, Skipped: p.Counters.Skipped,
+			KeyBlocks: p.Counters.KeyBlocks, Dropped: p.Counters.Dropped, Overflowed: p.Counters.Overflowed,
 		}
 		if p.Assigned {
 			ps.Paused = paused
-			ps.HighWaterMark = p.Committable
+			ps.Committable = p.Committable
 			ps.LogEnd = p.LogEnd
-			ps.TrueLag = max(p.LogEnd-p.Committable, 0)
+			// A committable offset below zero is a start sentinel the broker
+			// could not resolve: nothing was received, count from 0.
+			ps.TrueLag = max(p.LogEnd-max(p.Committable, 0), 0)
 			ps.GapSize = p.Gap
 			ps.Blocking = p.Blocking
 			ps.BlockedFor = p.BlockedFor
 			ps.InFlight = p.InFlight
 			ps.Queued = p.Queued
+			ps.ActiveKeys = p.ActiveKeys
+			ps.LongestKey = p.LongestKey
+			ps.BlockedOnKey = p.BlockedOnKey
 		}
 		out.Partitions = append(out.Partitions, ps)
 	}

@@ -24,6 +24,7 @@ type Collector struct {
 	inFlight, capacity                                               *prometheus.Desc
 	processed, retried, deadLettered, dltFailures, stale, skipped    *prometheus.Desc
 	latency                                                          *prometheus.Desc
+	activeKeys, longestKey, blockedOnKey, overflow                   *prometheus.Desc
 }
 
 // NewCollector returns a collector for src. Register it once per consumer.
@@ -34,10 +35,10 @@ func NewCollector(src Source) *Collector {
 	}
 	return &Collector{
 		src:          src,
-		trueLag:      d("true_lag", "Records not complete yet: log end offset minus the high-water mark.", part),
-		gap:          d("gap_size", "Completed records above the high-water mark, waiting on a lower one.", part),
-		blocking:     d("blocking_offset", "The incomplete offset holding the high-water mark back, -1 if none.", part),
-		blockedFor:   d("blocked_seconds", "How long the blocking offset has held the high-water mark back.", part),
+		trueLag:      d("true_lag", "Records not complete yet: log end offset minus the committable offset.", part),
+		gap:          d("gap_size", "Completed records above the committable offset, waiting on a lower one.", part),
+		blocking:     d("blocking_offset", "The incomplete offset holding the committable offset back, -1 if none.", part),
+		blockedFor:   d("blocked_seconds", "How long the blocking offset has held the committable offset back.", part),
 		paused:       d("paused", "1 when fetching the partition is paused by backpressure.", part),
 		partInFlight: d("partition_in_flight", "Records of the partition being handled.", part),
 		queued:       d("partition_queued", "Records of the partition waiting for their turn or a retry.", part),
@@ -50,6 +51,11 @@ func NewCollector(src Source) *Collector {
 		stale:        d("stale_epoch_dropped_total", "Completions from an earlier assignment, discarded.", part),
 		skipped:      d("hydration_skipped_total", "Records skipped because a previous owner completed them.", part),
 		latency:      d("handler_duration_seconds", "Handler latency.", []string{"group", "topic"}),
+		activeKeys:   d("active_keys", "Keys with records running, waiting for a retry, or queued.", part),
+		longestKey:   d("longest_key_queue", "Records queued behind the busiest key of the partition.", part),
+		blockedOnKey: d("key_blocked", "1 when fetching the partition waits for a full key queue to drain.", part),
+		overflow: d("key_overflow_total", "Records that found their key's queue full, by policy: block (fetching stopped), drop-oldest (a queued record dropped), dead-letter.",
+			append(part[:3:3], "policy")),
 	}
 }
 
@@ -58,6 +64,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.trueLag, c.gap, c.blocking, c.blockedFor, c.paused, c.partInFlight, c.queued,
 		c.inFlight, c.capacity, c.processed, c.retried, c.deadLettered, c.dltFailures, c.stale, c.skipped, c.latency,
+		c.activeKeys, c.longestKey, c.blockedOnKey, c.overflow,
 	} {
 		ch <- d
 	}
@@ -79,6 +86,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.dltFailures, p.DLTFailures)
 		counter(c.stale, p.StaleDropped)
 		counter(c.skipped, p.Skipped)
+		for policy, n := range map[pcon.Overflow]uint64{pcon.Block: p.KeyBlocks, pcon.DropOldest: p.Dropped, pcon.DeadLetter: p.Overflowed} {
+			ch <- prometheus.MustNewConstMetric(c.overflow, prometheus.CounterValue, float64(n), append(labels, policy.String())...)
+		}
 		if !p.Assigned {
 			// State gauges of a partition owned elsewhere would mislead.
 			continue
@@ -93,6 +103,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.paused, boolFloat(p.Paused))
 		gauge(c.partInFlight, float64(p.InFlight))
 		gauge(c.queued, float64(p.Queued))
+		gauge(c.activeKeys, float64(p.ActiveKeys))
+		gauge(c.longestKey, float64(p.LongestKey))
+		gauge(c.blockedOnKey, boolFloat(p.BlockedOnKey))
 	}
 	for _, l := range s.Latency {
 		buckets := make(map[float64]uint64, len(l.Bounds))

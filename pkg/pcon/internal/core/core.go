@@ -11,6 +11,8 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,6 +36,25 @@ const (
 // keeps the consumer from flapping between the two on every completion.
 const ResumeRatio = 0.7
 
+// Overflow says what happens to a record that finds its key's queue full.
+type Overflow int
+
+// Overflow policies.
+const (
+	// OverflowBlock stops taking records of the key's partition until the
+	// key's queue drains to ResumeRatio of its capacity.
+	OverflowBlock Overflow = iota
+	// OverflowDropOldest completes the key's oldest queued record without
+	// running it.
+	OverflowDropOldest
+	// OverflowDeadLetter sends the arriving record to the dead-letter topic.
+	OverflowDeadLetter
+)
+
+// ErrKeyQueueFull is the dead-letter cause of a record refused by
+// OverflowDeadLetter.
+var ErrKeyQueueFull = errors.New("key queue full")
+
 // Config tunes the control plane.
 type Config struct {
 	MaxInFlight    int
@@ -42,6 +63,18 @@ type Config struct {
 	MaxAttempts    int
 	Backoff        func(attempt int) time.Duration // wait after the attempt-th failure
 	MetadataLimit  int
+
+	// MaxRun is how many consecutive ready records of one key (or of the
+	// partition, in ByPartition) are dispatched together as a run, in
+	// offset order, tied by engine.Task.Follows. 0 or 1 dispatches one
+	// record per key at a time. MaxRunBytes bounds a run's bytes (0: no
+	// bound); a run's first record always goes.
+	MaxRun      int
+	MaxRunBytes int
+	// KeyQueueCapacity bounds the records one key may hold queued behind
+	// its running ones; 0 means no bound. Overflow says what happens past it.
+	KeyQueueCapacity int
+	Overflow         Overflow
 }
 
 // Deps are the control plane's effects on the world.
@@ -154,15 +187,31 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 
 // Add queues received records of tp's assignment epoch, in offset order.
 // logEnd is the partition's log end offset as last seen by the fetcher.
-func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) {
+//
+// It takes the first n items. With OverflowBlock, n < len(items) when
+// item n found its key's queue full: the caller must stop feeding the
+// partition until wait is closed (the key drained, or the assignment
+// ended), then add items[n:] again. Otherwise n is len(items) and wait nil.
+func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) (n int, wait <-chan struct{}) {
 	c.mu.Lock()
 	defer c.unlockAndSubmit()
 	p := c.parts[tp]
 	if p == nil || p.epoch != epoch || p.revoking {
-		return
+		return len(items), nil
 	}
-	p.logEnd = logEnd
-	for _, in := range items {
+	p.logEnd = max(p.logEnd, logEnd)
+	defer func() {
+		p.noteBlocking(c.now)
+		c.dispatchLocked()
+	}()
+	for i, in := range items {
+		l := c.laneOf(p, in.Key)
+		if c.fullLocked(l) && c.cfg.Overflow == OverflowBlock {
+			p.counters.KeyBlocks++
+			p.blockedLane = l
+			p.unblock = make(chan struct{})
+			return i, p.unblock
+		}
 		accepted, done := p.tr.Add(in.Offset)
 		if !accepted {
 			continue
@@ -171,31 +220,77 @@ func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) {
 			p.counters.Skipped++
 			continue
 		}
-		it := &item{off: in.Offset, size: in.Size, payload: in.Payload, p: p}
-		c.route(p, it, in.Key)
+		c.route(p, &item{off: in.Offset, size: in.Size, payload: in.Payload, p: p, lane: l})
 	}
-	p.noteBlocking(c.now)
-	c.dispatchLocked()
+	return len(items), nil
 }
 
-// route puts it behind earlier records of its lane, or makes it ready.
-func (c *Core) route(p *part, it *item, key string) {
-	p.queued++
-	c.queued++
+// laneOf returns the lane that orders key's records, nil when they run
+// unordered.
+func (c *Core) laneOf(p *part, key string) *lane {
 	switch {
 	case c.cfg.Ordering == ByPartition:
-		it.lane = p.laneFor("")
+		return p.laneFor("")
 	case c.cfg.Ordering == ByKey && (key != "" || c.cfg.OrderEmptyKeys):
-		it.lane = p.laneFor(key)
+		return p.laneFor(key)
 	}
-	if it.lane != nil && it.lane.busy {
-		it.lane.queue.push(it)
+	return nil
+}
+
+// fullLocked reports whether l's queue is at its capacity.
+func (c *Core) fullLocked(l *lane) bool {
+	return l != nil && c.cfg.KeyQueueCapacity > 0 && l.busy && l.queue.len() >= c.cfg.KeyQueueCapacity
+}
+
+// route puts it behind earlier records of its lane, or makes it ready. A
+// full lane first applies the overflow policy.
+func (c *Core) route(p *part, it *item) {
+	l := it.lane
+	if c.fullLocked(l) {
+		switch c.cfg.Overflow {
+		case OverflowDropOldest:
+			old := l.queue.pop()
+			p.queued--
+			c.queued--
+			p.tr.Complete(old.off)
+			p.completed++
+			p.counters.Dropped++
+			c.logOverflow(p, l, "pcon: key queue full, oldest record dropped", old.off, p.counters.Dropped)
+		case OverflowDeadLetter:
+			it.lane = nil // it never held the lane
+			it.err = fmt.Errorf("%w: capacity %d", ErrKeyQueueFull, c.cfg.KeyQueueCapacity)
+			p.inflight++
+			c.inflight++
+			p.counters.Overflowed++
+			c.logOverflow(p, l, "pcon: key queue full, record dead-lettered", it.off, p.counters.Overflowed)
+			c.deadLetterLocked(taskOf(it), it)
+			return
+		}
+	}
+	p.queued++
+	c.queued++
+	if l != nil && l.busy {
+		l.queue.push(it)
 		return
 	}
-	if it.lane != nil {
-		it.lane.busy = true
+	if l != nil {
+		l.busy = true
 	}
 	p.ready.push(it)
+}
+
+// logOverflow logs the first overflow of a partition and then every
+// thousandth, so a flooded key cannot flood the log.
+func (c *Core) logOverflow(p *part, l *lane, msg string, off int64, count uint64) {
+	if count%1000 != 1 {
+		return
+	}
+	c.log.Warn(msg, "topic", p.tp.Topic, "partition", p.tp.Partition, "key", l.key,
+		"offset", off, "capacity", c.cfg.KeyQueueCapacity, "count", count)
+}
+
+func taskOf(it *item) engine.Task {
+	return engine.Task{TP: it.p.tp, Offset: it.off, Epoch: it.p.epoch, Size: it.size, Payload: it}
 }
 
 // dispatchLocked hands ready records to the engine while capacity lasts.
@@ -205,6 +300,7 @@ func (c *Core) route(p *part, it *item, key string) {
 // partition starves, and lanes are FIFO, so no key starves.
 func (c *Core) dispatchLocked() {
 	defer c.gateLocked()
+	defer c.unblockLocked()
 	if c.closed {
 		return
 	}
@@ -242,15 +338,59 @@ func (c *Core) dispatchable(p *part) bool {
 	return !p.revoking && c.zombies[p.tp] == 0
 }
 
+// unblockLocked lets a partition blocked by a full key queue be fed again
+// once that queue drained to ResumeRatio of its capacity.
+func (c *Core) unblockLocked() {
+	for _, p := range c.order {
+		if l := p.blockedLane; l != nil && l.queue.len() <= int(float64(c.cfg.KeyQueueCapacity)*ResumeRatio) {
+			p.release()
+		}
+	}
+}
+
+// startLocked dispatches p's lowest ready record and, in run mode, the
+// records queued behind it in its lane, up to MaxRun. A retried record runs
+// alone: its followers wait until it succeeded or was dead-lettered.
 func (c *Core) startLocked(p *part) {
 	it := p.ready.pop()
+	first := it.attempts == 0
+	c.emitLocked(it, false)
+	l := it.lane
+	if l == nil || !first || c.cfg.MaxRun <= 1 {
+		return
+	}
+	bytes := it.size
+	for n := 1; n < c.cfg.MaxRun && c.inflight < c.cfg.MaxInFlight; n++ {
+		next := l.queue.peek()
+		if next == nil || next.attempts > 0 || (c.cfg.MaxRunBytes > 0 && bytes+next.size > c.cfg.MaxRunBytes) {
+			break
+		}
+		l.queue.pop()
+		if it.run == nil {
+			it.run = &run{items: []*item{it}}
+		}
+		it.run.items = append(it.run.items, next)
+		next.run = it.run
+		bytes += next.size
+		c.emitLocked(next, true)
+	}
+	if r := it.run; r != nil {
+		r.pending = len(r.items)
+	}
+}
+
+func (c *Core) emitLocked(it *item, follows bool) {
 	it.attempts++
 	if c.outbox == nil {
 		if b, ok := c.buffers.Get().(*[]engine.Task); ok {
 			c.outbox = *b
 		}
 	}
-	c.outbox = append(c.outbox, engine.Task{TP: p.tp, Offset: it.off, Epoch: p.epoch, Size: it.size, Payload: it})
+	t := taskOf(it)
+	t.Follows = follows
+	t.Alone = it.attempts > 1 // a retry: see engine.Task.Alone
+	c.outbox = append(c.outbox, t)
+	p := it.p
 	p.queued--
 	c.queued--
 	p.inflight++
@@ -304,9 +444,13 @@ func (c *Core) gateLocked() {
 	case !c.paused && load >= c.cfg.MaxInFlight:
 		c.paused = true
 		c.deps.SetPaused(true)
+		c.log.Info("pcon: fetching paused", "load", load, "max_in_flight", c.cfg.MaxInFlight,
+			"in_flight", c.inflight, "queued", c.queued, "waiting_retry", c.waiting)
 	case c.paused && load <= int(float64(c.cfg.MaxInFlight)*ResumeRatio):
 		c.paused = false
 		c.deps.SetPaused(false)
+		c.log.Info("pcon: fetching resumed", "load", load, "max_in_flight", c.cfg.MaxInFlight,
+			"in_flight", c.inflight, "queued", c.queued, "waiting_retry", c.waiting)
 	}
 }
 
@@ -328,28 +472,76 @@ func (c *Core) Complete(cs []engine.Completion) {
 			c.settleStaleLocked(cp.Task.TP)
 			continue
 		}
-		p := it.p
-		if cp.Err == nil {
-			p.counters.Processed++
-			c.settleLocked(p, it, true)
-			continue
-		}
 		it.err = cp.Err
-		if (c.deps.Permanent != nil && c.deps.Permanent(cp.Err)) || it.attempts >= c.cfg.MaxAttempts {
-			c.deadLetterLocked(cp.Task, it)
+		if r := it.run; r != nil {
+			if r.pending--; r.pending == 0 {
+				c.resolveRunLocked(r)
+			}
 			continue
 		}
-		p.counters.Retried++
-		c.log.Debug("pcon: handler failed, will retry", "topic", p.tp.Topic, "partition", p.tp.Partition,
-			"offset", it.off, "attempt", it.attempts, "error", cp.Err)
-		p.inflight--
-		c.inflight--
-		p.waiting++
-		c.waiting++
-		p.signalDrained()
-		c.deps.AfterFunc(c.cfg.Backoff(it.attempts), func() { c.retry(p, it) })
+		c.outcomeLocked(it)
 	}
 	c.dispatchLocked()
+}
+
+// resolveRunLocked settles a run once all its records reported. The records
+// before the first failure are complete. The failed one is retried or
+// dead-lettered, holding the lane; the ones after it are not complete,
+// whatever their own result, and go back to the front of the lane's queue
+// with their attempt refunded, to run after it.
+func (c *Core) resolveRunLocked(r *run) {
+	fail := len(r.items)
+	for i, x := range r.items {
+		x.run = nil
+		if x.err != nil && fail == len(r.items) {
+			fail = i
+		}
+	}
+	last := min(fail, len(r.items)-1)
+	for i, x := range r.items[:fail] {
+		if i != last {
+			x.lane = nil // only the run's last record releases the lane
+		}
+		c.outcomeLocked(x)
+	}
+	if fail == len(r.items) {
+		return
+	}
+	x := r.items[fail]
+	rest := r.items[fail+1:]
+	for _, y := range rest {
+		y.attempts--
+		y.err = nil
+		y.p.inflight--
+		c.inflight--
+		y.p.queued++
+		c.queued++
+	}
+	x.lane.queue.pushFront(rest...)
+	c.outcomeLocked(x)
+}
+
+// outcomeLocked applies the result in it.err of it's latest attempt.
+func (c *Core) outcomeLocked(it *item) {
+	p := it.p
+	if it.err == nil {
+		p.counters.Processed++
+		c.settleLocked(p, it, true)
+		return
+	}
+	if (c.deps.Permanent != nil && c.deps.Permanent(it.err)) || it.attempts >= c.cfg.MaxAttempts {
+		c.deadLetterLocked(taskOf(it), it)
+		return
+	}
+	p.counters.Retried++
+	c.log.Debug("pcon: handler failed, will retry", "topic", p.tp.Topic, "partition", p.tp.Partition,
+		"offset", it.off, "attempt", it.attempts, "error", it.err)
+	p.inflight--
+	c.inflight--
+	p.waiting++
+	c.waiting++
+	p.signalDrained()
+	c.deps.AfterFunc(c.cfg.Backoff(it.attempts), func() { c.retry(p, it) })
 }
 
 func (c *Core) retry(p *part, it *item) {
@@ -394,6 +586,7 @@ func (c *Core) settleLocked(p *part, it *item, done bool) {
 	c.inflight--
 	if done {
 		p.tr.Complete(it.off)
+		p.completed++
 		p.noteBlocking(c.now)
 		if l := it.lane; l != nil {
 			if next := l.queue.pop(); next != nil {
@@ -453,6 +646,9 @@ type Commit struct {
 	Epoch    uint64
 	Offset   int64
 	Metadata string
+	// Completed counts the records completed during the assignment; only
+	// Revoke sets it.
+	Completed uint64
 }
 
 // Commits returns the committable offset of every current assignment.
@@ -512,6 +708,7 @@ func (c *Core) Revoke(tp engine.TP, epoch uint64, grace time.Duration) (Commit, 
 	c.mu.Lock()
 	defer c.unlockAndSubmit()
 	cm := c.commitLocked(p)
+	cm.Completed = p.completed
 	c.removeLocked(p)
 	c.dispatchLocked()
 	return cm, true
@@ -531,6 +728,31 @@ func (c *Core) removeLocked(p *part) {
 	}
 	c.queued -= p.queued
 	c.waiting -= p.waiting
+	p.release()
+}
+
+// SetLogEnd records a log end offset of tp's assignment epoch read while its
+// records are not being fetched (paused or blocked), so lag stays current.
+func (c *Core) SetLogEnd(tp engine.TP, epoch uint64, logEnd int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.parts[tp]; p != nil && p.epoch == epoch {
+		p.logEnd = max(p.logEnd, logEnd)
+	}
+}
+
+// Stalled lists the current assignments whose records are not being
+// fetched: all of them while paused, else those blocked by a full key queue.
+func (c *Core) Stalled() map[engine.TP]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[engine.TP]uint64{}
+	for _, p := range c.order {
+		if c.paused || p.blockedLane != nil {
+			out[p.tp] = p.epoch
+		}
+	}
+	return out
 }
 
 // Close stops all dispatching and dead-letter retries. Assignments should

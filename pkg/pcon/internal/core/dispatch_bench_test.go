@@ -19,7 +19,7 @@ func BenchmarkPipeline(b *testing.B) {
 		func(cs []engine.Completion) {
 			c.Complete(cs)
 			done.Add(-len(cs))
-		}, 5000)
+		}, 5000, 0)
 	c = New(Config{MaxInFlight: 5000, Ordering: ByKey, MaxAttempts: 1, Backoff: func(int) time.Duration { return 0 }},
 		Deps{Submit: e.Submit, SetPaused: func(bool) {}})
 	keys := make([]string, 1000)

@@ -26,6 +26,10 @@ type part struct {
 	removed  bool
 	drained  chan struct{} // closed when revoking and nothing is in flight
 
+	completed   uint64        // records completed in this assignment
+	blockedLane *lane         // the full lane the partition's feeder waits on
+	unblock     chan struct{} // closed when the feeder may go on
+
 	blockOff   int64
 	blockSince time.Duration // since Core.base
 
@@ -72,6 +76,15 @@ func (p *part) sweepLanes() {
 	}
 }
 
+// release lets the partition's feeder go on.
+func (p *part) release() {
+	if p.unblock != nil {
+		close(p.unblock)
+		p.unblock = nil
+	}
+	p.blockedLane = nil
+}
+
 func (p *part) signalDrained() {
 	if p.revoking && p.inflight == 0 && p.drained != nil {
 		close(p.drained)
@@ -111,6 +124,29 @@ func (f *fifo) push(it *item) { f.items = append(f.items, it) }
 
 func (f *fifo) len() int { return len(f.items) - f.head }
 
+func (f *fifo) peek() *item {
+	if f.head == len(f.items) {
+		return nil
+	}
+	return f.items[f.head]
+}
+
+// pushFront puts its back at the head of the queue, in order. Only a failed
+// run does it, so the copy is rare.
+func (f *fifo) pushFront(its ...*item) {
+	if len(its) == 0 {
+		return
+	}
+	if f.head >= len(its) {
+		f.head -= len(its)
+		copy(f.items[f.head:], its)
+		return
+	}
+	rest := f.items[f.head:]
+	f.items = append(append(make([]*item, 0, len(its)+len(rest)), its...), rest...)
+	f.head = 0
+}
+
 func (f *fifo) pop() *item {
 	if f.head == len(f.items) {
 		return nil
@@ -134,6 +170,13 @@ type item struct {
 	lane     *lane
 	attempts int
 	err      error
+	run      *run // the run it was dispatched in, until the run resolves
+}
+
+// run is records of one lane dispatched together, in offset order.
+type run struct {
+	items   []*item
+	pending int // completions not reported yet
 }
 
 // readyHeap is a min-heap of dispatchable items by offset, so the oldest

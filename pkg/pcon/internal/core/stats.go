@@ -15,6 +15,9 @@ type Counters struct {
 	DLTFailures  uint64 // failed dead-letter publishes
 	StaleDropped uint64 // completions discarded for belonging to an old epoch
 	Skipped      uint64 // not processed because a previous owner completed them
+	KeyBlocks    uint64 // times feeding stopped on a full key queue (OverflowBlock)
+	Dropped      uint64 // completed without running (OverflowDropOldest)
+	Overflowed   uint64 // dead-lettered on arrival (OverflowDeadLetter)
 }
 
 // LatencyBuckets are the upper bounds, in seconds, of the handler latency
@@ -70,13 +73,16 @@ type PartitionStats struct {
 	Assigned bool
 	Counters Counters
 	// The rest is meaningful only while Assigned.
-	Committable int64         // high-water mark: everything below is complete
-	LogEnd      int64         // log end offset last seen by the fetcher
-	Gap         int           // completed records above the high-water mark
-	Blocking    int64         // lowest incomplete offset, -1 if none
-	BlockedFor  time.Duration // how long Blocking has been the blocking offset
-	Queued      int
-	InFlight    int
+	Committable  int64         // high-water mark: everything below is complete
+	LogEnd       int64         // log end offset last seen by the fetcher
+	Gap          int           // completed records above the high-water mark
+	Blocking     int64         // lowest incomplete offset, -1 if none
+	BlockedFor   time.Duration // how long Blocking has been the blocking offset
+	Queued       int
+	InFlight     int
+	ActiveKeys   int  // keys with a record running, waiting for a retry, or queued
+	LongestKey   int  // records queued behind the busiest key
+	BlockedOnKey bool // feeding stopped until a full key queue drains
 }
 
 // Stats is a snapshot of the control plane.
@@ -103,6 +109,13 @@ func (c *Core) Stats() Stats {
 			ps.Gap = p.tr.Gap()
 			ps.Queued = p.queued + p.waiting
 			ps.InFlight = p.inflight
+			ps.BlockedOnKey = p.blockedLane != nil
+			for _, l := range p.lanes {
+				if l.busy {
+					ps.ActiveKeys++
+					ps.LongestKey = max(ps.LongestKey, l.queue.len())
+				}
+			}
 			if b, ok := p.tr.Blocking(); ok {
 				ps.Blocking = b
 				if b == p.blockOff {

@@ -9,35 +9,41 @@ import (
 // BatchOptions sizes the micro-batches.
 type BatchOptions struct {
 	MaxRecords  int           // a batch holds at most this many tasks
-	MaxBytes    int           // and at most this many bytes (a single larger task still runs alone)
-	MaxWait     time.Duration // the first task of a batch waits at most this long for company
+	MaxBytes    int           // and at most this many bytes (a single larger run still runs alone)
+	MaxWait     time.Duration // optional linger: how long a batch may wait for company while a slot is free
 	Concurrency int           // batches running at the same time
+	Timeout     time.Duration // per handler call; 0 means none
 }
 
 // Batch groups tasks into micro-batches and runs each batch with one Runner
-// call. It keeps no ordering of its own: the control plane never submits a
-// task while an earlier task of the same key is unfinished, so a batch holds
-// at most one task per key and key order holds across batches.
+// call, at most Concurrency at a time.
+//
+// Batching is natural: a batch starts as soon as a slot is free, with
+// whatever is pending, so an idle consumer pays no wait for batching; while
+// every slot is busy, submitted tasks accumulate and the next free slot
+// takes them, so batches grow with the load. MaxWait, when set, lets a
+// batch that is not full wait that long for company even with a slot free.
+//
+// The engine keeps no ordering of its own beyond Task.Follows: the control
+// plane submits a key's records only after the key's previous ones
+// completed, as one run of tasks tied by Follows, and a run is never split
+// across batches. So a batch may hold several records of one key, in offset
+// order, and key order holds across batches.
 type Batch struct {
 	lifecycle
 	opt BatchOptions
-	sem chan struct{}
 
 	mu      sync.Mutex
 	closed  bool
-	pending []Task
-	bytes   int
-	gen     uint64 // identifies the pending batch a timer was armed for
-	timer   *time.Timer
+	pending fifoTasks
+	running int         // workers, each running or about to run a batch
+	since   time.Time   // when the oldest pending task arrived, for the linger
+	timer   *time.Timer // armed while the linger holds pending tasks back
 }
 
 // NewBatch returns a micro-batch engine.
 func NewBatch(run Runner, sink Sink, opt BatchOptions) *Batch {
-	return &Batch{
-		lifecycle: newLifecycle(run, sink),
-		opt:       opt,
-		sem:       make(chan struct{}, opt.Concurrency),
-	}
+	return &Batch{lifecycle: newLifecycle(run, sink, opt.Timeout), opt: opt}
 }
 
 // Submit implements Engine.
@@ -48,80 +54,160 @@ func (e *Batch) Submit(tasks ...Task) error {
 		return ErrClosed
 	}
 	e.inflight.Add(int64(len(tasks)))
-	var full [][]Task
-	for _, t := range tasks {
-		if len(e.pending) > 0 && e.bytes+t.Size > e.opt.MaxBytes {
-			full = append(full, e.takeLocked())
-		}
-		e.pending = append(e.pending, t)
-		e.bytes += t.Size
-		if len(e.pending) >= e.opt.MaxRecords || e.bytes >= e.opt.MaxBytes {
-			full = append(full, e.takeLocked())
-		}
+	if e.pending.len() == 0 {
+		e.since = time.Now()
 	}
-	if len(e.pending) > 0 && e.timer == nil {
-		gen := e.gen
-		e.timer = time.AfterFunc(e.opt.MaxWait, func() { e.flush(gen) })
-	}
+	e.pending.push(tasks...)
+	starts := e.startLocked()
 	e.mu.Unlock()
-	for _, b := range full {
-		e.launch(b)
-	}
+	e.spawn(starts)
 	return nil
 }
 
-func (e *Batch) flush(gen uint64) {
-	e.mu.Lock()
-	var b []Task
-	if gen == e.gen && len(e.pending) > 0 {
-		b = e.takeLocked()
+// startLocked takes batches for every free slot and returns them, one per
+// worker to start. The caller starts them after unlocking.
+func (e *Batch) startLocked() [][]Task {
+	var starts [][]Task
+	for e.running < e.opt.Concurrency {
+		b := e.takeLocked()
+		if b == nil {
+			break
+		}
+		e.running++
+		e.wg.Add(1) // under the lock, so Close never sees the count at zero in between
+		starts = append(starts, b)
 	}
-	e.mu.Unlock()
-	e.launch(b)
+	return starts
 }
 
-// takeLocked detaches the pending batch. wg.Add happens here, under the
-// lock, so Close cannot observe an empty WaitGroup between the detach and
-// the goroutine start.
-func (e *Batch) takeLocked() []Task {
-	b := e.pending
-	e.pending = nil
-	e.bytes = 0
-	e.gen++
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
+func (e *Batch) spawn(starts [][]Task) {
+	for _, b := range starts {
+		go e.work(b)
 	}
-	e.wg.Add(1)
+}
+
+// work runs b, then keeps taking batches while there are any, so a busy
+// engine reuses its goroutines.
+func (e *Batch) work(b []Task) {
+	defer e.wg.Done()
+	for b != nil {
+		e.exec(b)
+		e.mu.Lock()
+		b = e.takeLocked()
+		if b == nil {
+			e.running--
+		}
+		e.mu.Unlock()
+	}
+}
+
+// takeLocked detaches the next batch from the pending tasks, or returns nil
+// when there is none to start now. A batch ends before the run that would
+// take it past MaxRecords or MaxBytes (the first run always fits whole) and
+// before a task that must run alone, which gets a batch of its own.
+func (e *Batch) takeLocked() []Task {
+	n := e.pending.len()
+	if n == 0 {
+		return nil
+	}
+	if !e.closed && e.lingerLocked() {
+		return nil
+	}
+	end, bytes := 0, 0
+	for end < n {
+		if e.pending.at(end).Alone {
+			if end == 0 {
+				end = 1
+			}
+			break
+		}
+		runEnd, runBytes := end+1, e.pending.at(end).Size
+		for runEnd < n && e.pending.at(runEnd).Follows {
+			runBytes += e.pending.at(runEnd).Size
+			runEnd++
+		}
+		if end > 0 && (runEnd > e.opt.MaxRecords || bytes+runBytes > e.opt.MaxBytes) {
+			break
+		}
+		end, bytes = runEnd, bytes+runBytes
+		if end >= e.opt.MaxRecords || bytes >= e.opt.MaxBytes {
+			break
+		}
+	}
+	b := e.pending.take(end)
+	if e.pending.len() > 0 {
+		e.since = time.Now()
+	}
 	return b
 }
 
-func (e *Batch) launch(b []Task) {
-	if b == nil {
-		return
+// lingerLocked reports whether the pending tasks should wait for company,
+// arming a timer that starts them when the linger ends.
+func (e *Batch) lingerLocked() bool {
+	if e.opt.MaxWait <= 0 || e.pending.len() >= e.opt.MaxRecords {
+		return false
 	}
-	go func() {
-		defer e.wg.Done()
-		select {
-		case e.sem <- struct{}{}:
-			defer func() { <-e.sem }()
-		case <-e.ctx.Done():
-			// Shut down before a slot freed up: the batch still owes
-			// completions, and its handler sees the cancelled context.
-		}
-		e.exec(b)
-	}()
+	left := e.opt.MaxWait - time.Since(e.since)
+	if left <= 0 {
+		return false
+	}
+	if e.timer == nil {
+		e.timer = time.AfterFunc(left, e.lingerEnded)
+	}
+	return true
+}
+
+func (e *Batch) lingerEnded() {
+	e.mu.Lock()
+	e.timer = nil
+	starts := e.startLocked()
+	e.mu.Unlock()
+	e.spawn(starts)
 }
 
 // Close implements Engine.
 func (e *Batch) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
-	var b []Task
-	if len(e.pending) > 0 {
-		b = e.takeLocked()
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
 	}
+	// Pending tasks still owe completions: start them without the linger.
+	starts := e.startLocked()
 	e.mu.Unlock()
-	e.launch(b)
+	e.spawn(starts)
 	return e.wait(ctx)
+}
+
+// fifoTasks is a queue of tasks that reuses its backing array.
+type fifoTasks struct {
+	items []Task
+	head  int
+}
+
+func (f *fifoTasks) len() int      { return len(f.items) - f.head }
+func (f *fifoTasks) at(i int) Task { return f.items[f.head+i] }
+
+func (f *fifoTasks) push(ts ...Task) {
+	if f.head > 0 && f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	}
+	f.items = append(f.items, ts...)
+}
+
+// take removes the first n tasks into a new slice the caller owns.
+func (f *fifoTasks) take(n int) []Task {
+	b := make([]Task, n)
+	copy(b, f.items[f.head:f.head+n])
+	clear(f.items[f.head : f.head+n])
+	f.head += n
+	if f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	} else if f.head > 4096 && f.head*2 > len(f.items) {
+		k := copy(f.items, f.items[f.head:])
+		clear(f.items[k:])
+		f.items, f.head = f.items[:k], 0
+	}
+	return b
 }

@@ -26,6 +26,16 @@ type Task struct {
 	Epoch   uint64
 	Size    int // bytes, for batch size limits
 	Payload any
+	// Follows ties the task to the one submitted just before it in the same
+	// Submit call: a batch engine runs both in the same batch, in that
+	// order. The control plane uses it for a key's run of records, which
+	// must never be split across batches running at the same time.
+	Follows bool
+	// Alone asks a batch engine to run the task in a batch of its own. The
+	// control plane sets it on retries, so that a record that failed its
+	// batch is tried without its batch-mates: a poison record then fails
+	// alone, and the others succeed.
+	Alone bool
 }
 
 // Completion reports the outcome of one Task.
@@ -50,7 +60,8 @@ type Sink func([]Completion)
 //
 //   - Submit never blocks on the work itself. It accepts all the tasks or
 //     none; every accepted task yields exactly one Completion, later,
-//     through the Sink.
+//     through the Sink. The Completions of one Runner call reach the Sink
+//     in one call.
 //   - InFlight counts accepted tasks whose Completion has not been
 //     delivered. It is informational: the control plane keeps its own count
 //     and never decides on this one.
@@ -70,6 +81,10 @@ var ErrClosed = errors.New("engine: closed")
 // promised to respect.
 var ErrFull = errors.New("engine: over capacity")
 
+// ErrTimeout is the error of tasks whose handler returned after its
+// deadline. It wraps context.DeadlineExceeded.
+var ErrTimeout = fmt.Errorf("handler timed out: %w", context.DeadlineExceeded)
+
 // PanicError is the error a task gets when its handler panicked.
 type PanicError struct {
 	Value any
@@ -83,11 +98,25 @@ func (e *PanicError) Error() string { return fmt.Sprintf("handler panic: %v", e.
 //
 // Time is read as time.Since(base), which reads only the monotonic clock;
 // time.Now would also read the wall clock, twice per record.
-func invoke(ctx context.Context, base time.Time, run Runner, tasks []Task) (errs []error, elapsed time.Duration) {
+//
+// With a timeout the handler's context gets a deadline, and a handler that
+// returns after it fails all its tasks with ErrTimeout whatever it returned:
+// its work may be half done, and only a retry makes the outcome known.
+// Nothing abandons a handler that does not return; its key stays busy,
+// because starting the key's next record would break the key's order.
+func invoke(ctx context.Context, base time.Time, timeout time.Duration, run Runner, tasks []Task) (errs []error, elapsed time.Duration) {
 	start := time.Since(base)
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			errs = fill(len(tasks), &PanicError{Value: r, Stack: debug.Stack()})
+		}
+		if timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			errs = fill(len(tasks), ErrTimeout)
 		}
 		elapsed = time.Since(base) - start
 	}()

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -14,17 +15,21 @@ import (
 )
 
 func TestPerRecordContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine {
-		return engine.NewPerRecord(run, sink, capacity)
-	})
+	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+		return engine.NewPerRecord(run, sink, capacity, timeout)
+	}, enginetest.Options{})
 }
 
 func TestBatchContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine {
-		return engine.NewBatch(run, sink, engine.BatchOptions{
-			MaxRecords: 7, MaxBytes: 1 << 20, MaxWait: time.Millisecond, Concurrency: 2,
+	for _, linger := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprintf("linger %v", linger), func(t *testing.T) {
+			enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+				return engine.NewBatch(run, sink, engine.BatchOptions{
+					MaxRecords: 7, MaxBytes: 1 << 20, MaxWait: linger, Concurrency: 2, Timeout: timeout,
+				})
+			}, enginetest.Options{Runs: true})
 		})
-	})
+	}
 }
 
 func TestBatchLimits(t *testing.T) {
@@ -83,7 +88,7 @@ func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 		for _, c := range cs {
 			done <- c.Task.Offset
 		}
-	}, 3)
+	}, 3, 0)
 	if err := e.Submit(engine.Task{Offset: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +111,36 @@ func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 	}
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatchAlone: a task marked Alone gets a batch of its own, wherever it
+// stands among the pending tasks.
+func TestBatchAlone(t *testing.T) {
+	var mu sync.Mutex
+	var got [][]int64
+	run := func(_ context.Context, ts []engine.Task) []error {
+		b := make([]int64, len(ts))
+		for i, tk := range ts {
+			b[i] = tk.Offset
+		}
+		mu.Lock()
+		got = append(got, b)
+		mu.Unlock()
+		return nil
+	}
+	e := engine.NewBatch(run, func([]engine.Completion) {}, engine.BatchOptions{MaxRecords: 10, MaxBytes: 1000, MaxWait: time.Hour, Concurrency: 1})
+	alone := map[int64]bool{2: true, 3: true, 6: true}
+	for i := range int64(8) {
+		if err := e.Submit(engine.Task{Offset: i, Size: 1, Alone: alone[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{{0, 1}, {2}, {3}, {4, 5}, {6}, {7}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("batches (-want +got):\n%s", diff)
 	}
 }

@@ -17,17 +17,18 @@ type lifecycle struct {
 	inflight atomic.Int64
 	run      Runner
 	out      combiner
-	base     time.Time // reference for monotonic-only clock reads
+	base     time.Time     // reference for monotonic-only clock reads
+	timeout  time.Duration // per handler call; 0 means none
 }
 
-func newLifecycle(run Runner, sink Sink) lifecycle {
+func newLifecycle(run Runner, sink Sink, timeout time.Duration) lifecycle {
 	ctx, cancel := context.WithCancel(context.Background())
-	return lifecycle{ctx: ctx, cancel: cancel, run: run, out: combiner{sink: sink}, base: time.Now()}
+	return lifecycle{ctx: ctx, cancel: cancel, run: run, out: combiner{sink: sink}, base: time.Now(), timeout: timeout}
 }
 
 // exec runs tasks on the calling goroutine and delivers their completions.
 func (l *lifecycle) exec(tasks []Task) {
-	errs, elapsed := invoke(l.ctx, l.base, l.run, tasks)
+	errs, elapsed := invoke(l.ctx, l.base, l.timeout, l.run, tasks)
 	// The count drops before delivery so that a caller who has seen every
 	// completion also sees zero in flight.
 	l.inflight.Add(-int64(len(tasks)))

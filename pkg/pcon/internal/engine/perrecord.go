@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // PerRecord runs each task on its own goroutine, at most limit at a time.
@@ -26,9 +27,10 @@ type PerRecord struct {
 	workers int
 }
 
-// NewPerRecord returns a per-record engine running at most limit tasks.
-func NewPerRecord(run Runner, sink Sink, limit int) *PerRecord {
-	return &PerRecord{lifecycle: newLifecycle(run, sink), limit: limit, tasks: make(chan Task, limit)}
+// NewPerRecord returns a per-record engine running at most limit tasks,
+// each handler call limited to timeout (0: no limit).
+func NewPerRecord(run Runner, sink Sink, limit int, timeout time.Duration) *PerRecord {
+	return &PerRecord{lifecycle: newLifecycle(run, sink, timeout), limit: limit, tasks: make(chan Task, limit)}
 }
 
 // Submit implements Engine.

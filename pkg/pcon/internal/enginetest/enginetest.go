@@ -15,19 +15,33 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 )
 
-// Factory builds the engine under test with room for capacity tasks.
-type Factory func(run engine.Runner, sink engine.Sink, capacity int) engine.Engine
+// Factory builds the engine under test with room for capacity tasks and a
+// per-call handler timeout (0: none).
+type Factory func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine
+
+// Options says which optional parts of the contract an engine takes on.
+type Options struct {
+	// Runs: the engine accepts runs (tasks tied by Task.Follows) and runs
+	// each run whole, in order, in one Runner call. An engine without it is
+	// never given a run by the control plane.
+	Runs bool
+}
 
 // wait bounds every blocking step so a broken engine fails the test instead
 // of hanging it; no assertion depends on timing.
 const wait = 30 * time.Second
 
 // Run runs the contract suite against the engine built by newEngine.
-func Run(t *testing.T, newEngine Factory) {
+func Run(t *testing.T, newEngine Factory, opt Options) {
 	t.Run("every submit completes exactly once", func(t *testing.T) { submitCompletesOnce(t, newEngine) })
 	t.Run("failures and panics become failure events", func(t *testing.T) { failures(t, newEngine) })
 	t.Run("in-flight counts accepted tasks until completion", func(t *testing.T) { inFlight(t, newEngine) })
 	t.Run("close waits, then cancels, and leaks nothing", func(t *testing.T) { shutdown(t, newEngine) })
+	t.Run("a call past its timeout fails all its tasks", func(t *testing.T) { timeout(t, newEngine) })
+	t.Run("a runner call's completions arrive together", func(t *testing.T) { together(t, newEngine) })
+	if opt.Runs {
+		t.Run("runs stay whole and in order", func(t *testing.T) { runs(t, newEngine) })
+	}
 }
 
 // collector gathers completions from the sink.
@@ -83,7 +97,7 @@ func closeEngine(t *testing.T, e engine.Engine) {
 func submitCompletesOnce(t *testing.T, newEngine Factory) {
 	const n = 500
 	c := newCollector()
-	e := newEngine(func(context.Context, []engine.Task) []error { return nil }, c.sink, n)
+	e := newEngine(func(context.Context, []engine.Task) []error { return nil }, c.sink, n, 0)
 	for i := range n {
 		if err := e.Submit(task(i)); err != nil {
 			t.Fatalf("Submit(%d): %v", i, err)
@@ -127,7 +141,7 @@ func failures(t *testing.T, newEngine Factory) {
 		}
 		return errs
 	}
-	e := newEngine(run, c.sink, n)
+	e := newEngine(run, c.sink, n, 0)
 	for i := range n {
 		if err := e.Submit(task(i)); err != nil {
 			t.Fatal(err)
@@ -159,7 +173,7 @@ func inFlight(t *testing.T, newEngine Factory) {
 	e := newEngine(func(context.Context, []engine.Task) []error {
 		<-gate
 		return nil
-	}, c.sink, n)
+	}, c.sink, n, 0)
 	for i := range n {
 		if err := e.Submit(task(i)); err != nil {
 			t.Fatal(err)
@@ -184,7 +198,7 @@ func shutdown(t *testing.T, newEngine Factory) {
 		started <- struct{}{}
 		<-ctx.Done() // a handler that only stops when told to
 		return fill(len(ts), ctx.Err())
-	}, c.sink, 8)
+	}, c.sink, 8, 0)
 	for i := range 4 {
 		if err := e.Submit(task(i)); err != nil {
 			t.Fatal(err)
@@ -217,4 +231,134 @@ func fill(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+func timeout(t *testing.T, newEngine Factory) {
+	c := newCollector()
+	e := newEngine(func(ctx context.Context, ts []engine.Task) []error {
+		if ts[0].Payload.(int) == 0 {
+			<-ctx.Done() // overruns, then returns success anyway
+		}
+		return nil
+	}, c.sink, 8, 20*time.Millisecond)
+	if err := e.Submit(task(0)); err != nil {
+		t.Fatal(err)
+	}
+	got := c.waitFor(t, 1)
+	if err := e.Submit(task(1)); err != nil {
+		t.Fatal(err)
+	}
+	got = c.waitFor(t, 2)
+	closeEngine(t, e)
+	for _, cp := range got {
+		overran := cp.Task.Payload.(int) == 0
+		if timedOut := errors.Is(cp.Err, engine.ErrTimeout); timedOut != overran {
+			t.Errorf("task %v: error %v, want a timeout: %v", cp.Task.Payload, cp.Err, overran)
+		}
+	}
+	if !errors.Is(engine.ErrTimeout, context.DeadlineExceeded) {
+		t.Error("ErrTimeout does not wrap context.DeadlineExceeded")
+	}
+}
+
+// together checks that the completions of one Runner call reach the Sink in
+// one call: the control plane resolves a run only once all of its records
+// reported, and must never see half a run when an assignment ends.
+func together(t *testing.T, newEngine Factory) {
+	const n = 300
+	var mu sync.Mutex
+	callOf := map[int]int{} // task -> the runner call that ran it
+	var deliveries [][]int  // tasks of each sink call
+	calls := 0
+	c := newCollector()
+	e := newEngine(func(_ context.Context, ts []engine.Task) []error {
+		mu.Lock()
+		calls++
+		for _, tk := range ts {
+			callOf[tk.Payload.(int)] = calls
+		}
+		mu.Unlock()
+		return nil
+	}, func(cs []engine.Completion) {
+		d := make([]int, len(cs))
+		for i, cp := range cs {
+			d[i] = cp.Task.Payload.(int)
+		}
+		mu.Lock()
+		deliveries = append(deliveries, d)
+		mu.Unlock()
+		c.sink(cs)
+	}, n, 0)
+	for i := range n {
+		if err := e.Submit(task(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitFor(t, n)
+	closeEngine(t, e)
+	mu.Lock()
+	defer mu.Unlock()
+	size := map[int]int{} // runner call -> its tasks
+	for _, cl := range callOf {
+		size[cl]++
+	}
+	for _, d := range deliveries {
+		got := map[int]int{}
+		for _, tk := range d {
+			got[callOf[tk]]++
+		}
+		for cl, k := range got {
+			if k != size[cl] {
+				t.Errorf("runner call %d: %d of its %d completions in one sink call", cl, k, size[cl])
+			}
+		}
+	}
+}
+
+func runs(t *testing.T, newEngine Factory) {
+	c := newCollector()
+	var mu sync.Mutex
+	var batches [][]int
+	e := newEngine(func(_ context.Context, ts []engine.Task) []error {
+		b := make([]int, len(ts))
+		for i, tk := range ts {
+			b[i] = tk.Payload.(int)
+		}
+		mu.Lock()
+		batches = append(batches, b)
+		mu.Unlock()
+		return nil
+	}, c.sink, 64, 0)
+	// Runs of 1 to 5 tasks, each submitted as one Submit call; payload is
+	// run*10 + position.
+	total := 0
+	for r := range 12 {
+		size := r%5 + 1
+		ts := make([]engine.Task, size)
+		for i := range ts {
+			ts[i] = task(r*10 + i)
+			ts[i].Follows = i > 0
+		}
+		total += size
+		if err := e.Submit(ts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitFor(t, total)
+	closeEngine(t, e)
+	mu.Lock()
+	defer mu.Unlock()
+	where := map[int]int{} // run -> batch
+	for bi, b := range batches {
+		for i, p := range b {
+			run, pos := p/10, p%10
+			if prev, ok := where[run]; ok && prev != bi {
+				t.Errorf("run %d split across batches %d and %d", run, prev, bi)
+			}
+			where[run] = bi
+			if pos > 0 && (i == 0 || b[i-1] != p-1) {
+				t.Errorf("batch %v: task %d not right after its run's previous task", b, p)
+			}
+		}
+	}
 }

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg)
+	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
 	if err != nil {
 		return err
 	}
@@ -74,10 +74,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Sarama:      saramaConfig(cfg),
 			RevokeGrace: revokeGrace,
 			MaxInFlight: cfg.MaxInFlight,
-			MaxAttempts: cfg.MaxAttempts,
-			Backoff:     cfg.RetryBackoff,
-			DLTSuffix:   events.DLTSuffix,
-			Logger:      logger.With("consumer", name, "group", spec.Group),
+			InstanceID:  cfg.InstanceID,
+			// A handler is one short transaction; one that outlives this is
+			// stuck on a lock or a dead connection and is better retried.
+			HandlerTimeout: cfg.HandlerTimeout,
+			MaxAttempts:    cfg.MaxAttempts,
+			Backoff:        cfg.RetryBackoff,
+			DLTSuffix:      events.DLTSuffix,
+			Logger:         logger.With("consumer", name, "group", spec.Group),
 		}, spec.Handler)
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -11,12 +10,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
@@ -52,8 +47,13 @@ func TestLoadConfig(t *testing.T) {
 		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
 		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
 		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
+		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
+		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
+		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
+		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 	}
+	hostname, _ := os.Hostname()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := app.LoadConfig(config.FromMap(tc.env))
@@ -65,7 +65,11 @@ func TestLoadConfig(t *testing.T) {
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
+					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
 					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
+				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
+					want.InstanceID = id
+				}
 				if diff := cmp.Diff(want, cfg); diff != "" {
 					t.Errorf("config mismatch (-want +got):\n%s", diff)
 				}
@@ -83,48 +87,12 @@ func TestLoadConfig(t *testing.T) {
 // record that is no CloudEvent at all.
 func TestConsumersAggregate(t *testing.T) {
 	ctx := context.Background()
-	reg := events.NewRegistry()
-	kafka := testenv.Kafka(t, reg.AllTopics()...)
-	dbURL := testenv.DatabaseURL(t)
-	redisURL := testenv.RedisURL(t)
-	ropts, _ := redis.ParseURL(redisURL)
-	rdb := redis.NewClient(ropts)
-	defer rdb.Close()
+	f := newFixture(t)
+	rdb := f.redis(t)
 	if err := rdb.Set(ctx, productcache.Key(3), "cached", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-
-	sc := sarama.NewConfig()
-	sc.Producer.Return.Successes = true
-	sp, err := sarama.NewSyncProducer(kafka.ListenAddrs(), sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	var seq int64
-	send := func(topic string, rec events.Record, id string) {
-		t.Helper()
-		seq++
-		ce, err := reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: time.Now(), Sequence: seq, Record: rec})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(rec.AggregateID)}
-		if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&ce), pm); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := sp.SendMessage(pm); err != nil {
-			t.Fatal(err)
-		}
-	}
-	event := func(ev any) events.Record {
-		t.Helper()
-		rec, err := reg.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
+	sp, send, event := f.producer, f.sender(t), f.event(t)
 
 	// Orders: one redelivered.
 	paid := event(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 700, Items: []events.OrderItem{{ProductID: 1, Quantity: 2, UnitPrice: 200}, {ProductID: 2, Quantity: 3, UnitPrice: 100}}})
@@ -154,25 +122,8 @@ func TestConsumersAggregate(t *testing.T) {
 	// Stock.
 	send("stock-events", event(events.StockDepletedV1{ProductID: 3}), uuid.NewString())
 
-	cfg, err := app.LoadConfig(config.FromMap(map[string]string{
-		"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(kafka.ListenAddrs(), ","), "REDIS_URL": redisURL,
-		"ADMIN_ADDR": "127.0.0.1:0", "CONSUMER_RETRY_BACKOFF": "10ms",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	adminReady := make(chan string, 1)
-	go func() { done <- app.Run(runCtx, cfg, logger, adminReady) }()
-	admin := <-adminReady
-
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	admin, done, stop := f.start(t, nil)
+	conn := f.conn(t)
 	type m struct{ Likes, Sales, Amount, Views int64 }
 	want := map[int64]m{1: {Likes: 2, Sales: 3, Amount: 600, Views: 3}, 2: {Likes: 1, Sales: 3, Amount: 300, Views: 2}}
 	var got map[int64]m
@@ -211,7 +162,7 @@ func TestConsumersAggregate(t *testing.T) {
 	}
 
 	// Both bad records are in the dead-letter topic with their origin.
-	dlt := testenv.ReadTopic(t, kafka.ListenAddrs(), "like-events.DLT", 2, 30*time.Second)
+	dlt := testenv.ReadTopic(t, f.brokers, "like-events.DLT", 2, 30*time.Second)
 	var sawPoison, sawGarbage bool
 	for _, r := range dlt {
 		h := testenv.Headers(r)

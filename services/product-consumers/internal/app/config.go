@@ -1,6 +1,7 @@
 package app
 
 import (
+	"os"
 	"strconv"
 	"time"
 
@@ -17,9 +18,12 @@ type Config struct {
 	AdminAddr        string
 	Consumers        []string
 	MaxInFlight      int
+	InstanceID       string
+	HandlerTimeout   time.Duration
 	MaxAttempts      int
 	RetryBackoff     time.Duration
 	HandledRetention time.Duration
+	HorizonMargin    time.Duration
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
@@ -46,12 +50,18 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
 		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),
+		InstanceID:       l.String("CONSUMER_INSTANCE_ID", ""),
+		HandlerTimeout:   l.Duration("CONSUMER_HANDLER_TIMEOUT", 30*time.Second),
 		MaxAttempts:      l.PositiveInt("CONSUMER_MAX_ATTEMPTS", 3),
 		RetryBackoff:     l.Duration("CONSUMER_RETRY_BACKOFF", time.Second),
 		HandledRetention: l.Duration("EVENT_HANDLED_RETENTION", 7*24*time.Hour),
+		HorizonMargin:    l.Duration("EVENT_HORIZON_MARGIN", time.Hour),
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
 		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
 		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+	}
+	if c.HorizonMargin >= c.HandledRetention {
+		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
 	enabled := l.String("RECLAIM_ENABLED", "true")
 	var err error
@@ -65,6 +75,37 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
+	if c.InstanceID == "" {
+		c.InstanceID = defaultInstanceID()
+	}
+	if !validInstanceID(c.InstanceID) {
+		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
+	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
 	return c, l.Err()
+}
+
+// defaultInstanceID is the host name, which is stable per replica where
+// static membership pays off (a StatefulSet pod keeps its name across
+// restarts). Two instances on one host must set CONSUMER_INSTANCE_ID apart.
+func defaultInstanceID() string {
+	h, err := os.Hostname()
+	if err != nil || !validInstanceID(h) {
+		return ""
+	}
+	return h
+}
+
+// validInstanceID accepts what Kafka accepts as a group instance id; empty
+// means a dynamic member.
+func validInstanceID(id string) bool {
+	if len(id) > 249 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

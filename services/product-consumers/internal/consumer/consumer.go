@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
@@ -50,19 +51,39 @@ type Handlers struct {
 	cache   Cache
 	logger  *slog.Logger
 	outcome *prometheus.CounterVec
+	horizon time.Duration
+	now     func() time.Time
 }
 
 // New returns Handlers applying events to st and deleting entries of cache.
 // It registers its counters on metrics.
-func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger, metrics prometheus.Registerer) (*Handlers, error) {
+//
+// horizon is how far back event_handled remembers events (its retention
+// minus a safety margin). An order or view event older than that is skipped,
+// counted as expired and logged: its idempotency record may have been purged
+// already, so applying it could count it twice. Likes need no horizon: their
+// stored state and sequence make any replay harmless.
+func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger, metrics prometheus.Registerer, horizon time.Duration) (*Handlers, error) {
 	outcome := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "product_consumer_events_total",
-		Help: "Events handled by each product consumer, by outcome: applied, or duplicate (already handled, superseded in its batch, or no newer than the stored state).",
+		Help: "Events handled by each product consumer, by outcome: applied; duplicate (already handled, superseded in its batch, or no newer than the stored state); expired (older than the idempotency horizon, skipped).",
 	}, []string{"consumer", "outcome"})
 	if err := metrics.Register(outcome); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome}, nil
+	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome, horizon: horizon, now: time.Now}, nil
+}
+
+// expired reports whether msg is older than the idempotency horizon, and
+// logs and counts it if so.
+func (h *Handlers) expired(consumer string, msg events.Message) bool {
+	if msg.Time.IsZero() || h.now().Sub(msg.Time) <= h.horizon {
+		return false
+	}
+	h.logger.Warn("event older than the idempotency horizon skipped",
+		"consumer", consumer, "type", msg.Type, "id", msg.ID, "time", msg.Time, "horizon", h.horizon.String())
+	h.count(consumer, "expired", 1)
+	return true
 }
 
 // Spec returns the spec of the named consumer.
@@ -121,6 +142,9 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	if !ok {
 		return unexpected(msg)
 	}
+	if h.expired(Order, msg) {
+		return nil
+	}
 	sales := make([]store.Sale, len(paid.Items))
 	for i, it := range paid.Items {
 		sales[i] = store.Sale{ProductID: it.ProductID, Quantity: it.Quantity, Amount: it.Quantity * it.UnitPrice}
@@ -156,16 +180,27 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 }
 
 // decodeBatch decodes every record of a batch; those that fail are reported
-// by index in failed, the others returned with their index.
+// by index in failed, the others returned with their index. A batch holds
+// runs of a product's records in order; once one of a product's records
+// failed, pcon runs the product's later records of the batch again after
+// it, so they are left out here instead of being applied twice.
 func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) bool) (ok []events.Message, failed map[int]error) {
 	failed = map[int]error{}
+	var broken map[string]bool // record keys with a failed record in this batch
 	for i, r := range rs {
+		if broken[string(r.Key)] {
+			continue
+		}
 		msg, err := h.decode(ctx, r)
 		if err == nil && !accept(msg) {
 			err = unexpected(msg)
 		}
 		if err != nil {
 			failed[i] = err
+			if broken == nil {
+				broken = map[string]bool{}
+			}
+			broken[string(r.Key)] = true
 			continue
 		}
 		ok = append(ok, msg)
@@ -186,9 +221,12 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 		_, ok := m.Event.(events.ProductViewedV1)
 		return ok
 	})
-	views := make([]store.View, len(msgs))
-	for i, m := range msgs {
-		views[i] = store.View{IdempotencyKey: idempotencyKey(group, m), ProductID: m.Event.(events.ProductViewedV1).ProductID}
+	views := make([]store.View, 0, len(msgs))
+	for _, m := range msgs {
+		if h.expired(View, m) {
+			continue
+		}
+		views = append(views, store.View{IdempotencyKey: idempotencyKey(group, m), ProductID: m.Event.(events.ProductViewedV1).ProductID})
 	}
 	if len(views) > 0 {
 		applied, err := h.store.ApplyViews(ctx, views)
