@@ -520,7 +520,9 @@ func (r *Reclaimer) read(ctx context.Context, k tp, from, hwm int64, take func(*
 	if err != nil {
 		return fmt.Errorf("consume %s/%d from %d: %w", k.topic, k.partition, from, err)
 	}
-	defer pc.AsyncClose()
+	// Close, not AsyncClose: the consumer accepts one reader per partition,
+	// and the next pass must find this one gone.
+	defer func() { _ = pc.Close() }()
 	timer := time.NewTimer(r.cfg.ReadTimeout)
 	defer timer.Stop()
 	for {
