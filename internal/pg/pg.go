@@ -144,4 +144,7 @@ const (
 	// LikeStateLock (two keys; the second is the product id folded to
 	// int4) serialises product-consumers' like-state updates per product.
 	LikeStateLock LockNamespace = 727275
+	// ReclaimLock (two keys; the second is hashtext of the reclaimed topic
+	// set) lets one product-consumers replica at a time run a reclaim pass.
+	ReclaimLock LockNamespace = 727276
 )

@@ -46,6 +46,9 @@ func TestLoadConfig(t *testing.T) {
 		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
 		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
 		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
+		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
+		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
+		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
 		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
 		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
 		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
@@ -64,7 +67,8 @@ func TestLoadConfig(t *testing.T) {
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
-					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour}
+					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
+					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
 				}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
@@ -27,6 +28,16 @@ type Config struct {
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
+	Reclaim          Reclaim
+}
+
+// Reclaim configures the DLT reclaimer that runs inside product-consumers.
+type Reclaim struct {
+	Enabled     bool
+	Interval    time.Duration // between passes
+	MinIdle     time.Duration // how long a record rests in the DLT first
+	Count       int           // records per partition per pass
+	MaxRedrives int           // re-drives per record before it stays parked
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -57,6 +68,15 @@ func Load(l *config.Loader) Config {
 	if c.HorizonMargin >= c.HandledRetention {
 		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
+	enabled := l.String("RECLAIM_ENABLED", "true")
+	var err error
+	if c.Reclaim.Enabled, err = strconv.ParseBool(enabled); err != nil {
+		l.Fail("RECLAIM_ENABLED", "must be true or false, got %q", enabled)
+	}
+	c.Reclaim.Interval = l.Duration("RECLAIM_INTERVAL", time.Minute)
+	c.Reclaim.MinIdle = l.Duration("RECLAIM_MIN_IDLE", 5*time.Minute)
+	c.Reclaim.Count = l.PositiveInt("RECLAIM_COUNT", 100)
+	c.Reclaim.MaxRedrives = l.PositiveInt("RECLAIM_MAX_REDRIVES", 3)
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
