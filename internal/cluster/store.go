@@ -158,10 +158,10 @@ func (s *Store) publishLag(ctx context.Context, nodeID string, rs []lagReport) (
 		return nil, nil
 	}
 	var (
-		groups, topics                   []string
-		parts                            []int32
+		groups, topics                  []string
+		parts                           []int32
 		versions, lags, gaps, blockings []int64
-		handled                          []bool
+		handled                         []bool
 	)
 	for _, r := range rs {
 		groups, topics, parts = append(groups, r.Group), append(topics, r.Topic), append(parts, r.Partition)
@@ -196,4 +196,14 @@ func (s *Store) publishLag(ctx context.Context, nodeID string, rs []lagReport) (
 		}
 	}
 	return refused, nil
+}
+
+// leaderTerms counts the relay lease's terms in the history.
+func (s *Store) leaderTerms(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM cluster_leader_history WHERE lease = $1 AND reason = 'acquired'`, RelayLease).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: count leader terms: %w", err)
+	}
+	return n, nil
 }

@@ -167,9 +167,9 @@ func (s *Store) readGroups(ctx context.Context, tx pgx.Tx, v *View) error {
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			group string
-			p     Partition
-			hNode                   *string
+			group                    string
+			p                        Partition
+			hNode                    *string
 			hVer, hCommit, hComplete *int64
 			hApplied                 *bool
 			hAt                      *time.Time
