@@ -61,25 +61,30 @@ type Config struct {
 	Retention         time.Duration // DOWN/LEFT rows older than this are removed
 }
 
-// Validate reports what is wrong with c; problems name the setting.
+// Validate reports what is wrong with c; each problem names its setting.
 func (c Config) Validate() error {
 	var errs []error
+	c.Check(func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	})
+	return errors.Join(errs...)
+}
+
+// Check calls fail for every problem of c, naming the setting (a config
+// Loader's Fail).
+func (c Config) Check(fail func(name, format string, args ...any)) {
 	if c.NodeID == "" || len(c.NodeID) > 200 {
-		errs = append(errs, fmt.Errorf("CLUSTER_NODE_ID: must be 1 to 200 characters, got %d", len(c.NodeID)))
-	}
-	if c.HeartbeatInterval <= 0 {
-		errs = append(errs, fmt.Errorf("CLUSTER_HEARTBEAT_INTERVAL: must be positive, got %s", c.HeartbeatInterval))
+		fail("CLUSTER_NODE_ID", "must be 1 to 200 characters, got %d", len(c.NodeID))
 	}
 	if c.SuspectAfter <= c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("CLUSTER_SUSPECT_AFTER: must be longer than CLUSTER_HEARTBEAT_INTERVAL (%s), got %s", c.HeartbeatInterval, c.SuspectAfter))
+		fail("CLUSTER_SUSPECT_AFTER", "must be longer than CLUSTER_HEARTBEAT_INTERVAL (%s), got %s", c.HeartbeatInterval, c.SuspectAfter)
 	}
 	if c.DownAfter <= c.SuspectAfter {
-		errs = append(errs, fmt.Errorf("CLUSTER_DOWN_AFTER: must be longer than CLUSTER_SUSPECT_AFTER (%s), got %s", c.SuspectAfter, c.DownAfter))
+		fail("CLUSTER_DOWN_AFTER", "must be longer than CLUSTER_SUSPECT_AFTER (%s), got %s", c.SuspectAfter, c.DownAfter)
 	}
-	if c.Retention <= 0 {
-		errs = append(errs, fmt.Errorf("CLUSTER_RETENTION: must be positive, got %s", c.Retention))
+	if c.HeartbeatInterval <= 0 || c.Retention <= 0 {
+		fail("CLUSTER_HEARTBEAT_INTERVAL", "and CLUSTER_RETENTION must be positive")
 	}
-	return errors.Join(errs...)
 }
 
 // DefaultNodeID is hostname-pid: unique per process on a host, and the
@@ -98,4 +103,9 @@ type Info struct {
 	Roles   []string // what the instance does: api, relay, consumer groups…
 	Host    string   // defaults to the hostname
 	Version string   // build version; defaults to the module build info
+}
+
+// Defaults returns the default Config under nodeID.
+func Defaults(nodeID string) Config {
+	return Config{NodeID: nodeID, HeartbeatInterval: DefaultHeartbeatInterval, SuspectAfter: DefaultSuspectAfter, DownAfter: DefaultDownAfter, Retention: DefaultRetention}
 }

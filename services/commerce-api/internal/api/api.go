@@ -42,6 +42,8 @@ type Deps struct {
 	Logger  *slog.Logger
 	Metrics *prometheus.Registry
 	Checks  map[string]httpserver.Check
+	// Cluster, when set, serves GET /api/v1/cluster.
+	Cluster ClusterView
 }
 
 type server struct {
@@ -83,6 +85,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 		r.Post("/orders", s.handle(s.createOrder))
 		r.Get("/orders/{id}", s.handle(s.getOrder))
 		r.Post("/orders/{id}/payments", s.handle(s.pay))
+		if d.Cluster != nil {
+			r.Get("/cluster", s.handle(clusterView(d.Cluster)))
+		}
 	})
 	return r, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 )
 
@@ -14,7 +15,8 @@ type Config struct {
 	DBPoolSize  int    // DB_POOL_SIZE, default 20: the most connections open at once
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
-	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
+	ProductCacheTTL time.Duration  // PRODUCT_CACHE_TTL, default 30s
+	Cluster         cluster.Config // CLUSTER_*: this node in the cluster registry
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -27,11 +29,19 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		DBPoolSize:      l.PositiveInt("DB_POOL_SIZE", 20),
 		RedisURL:        l.String("REDIS_URL", ""),
 		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+		Cluster: cluster.Config{
+			NodeID:            l.String("CLUSTER_NODE_ID", cluster.DefaultNodeID()),
+			HeartbeatInterval: l.Duration("CLUSTER_HEARTBEAT_INTERVAL", cluster.DefaultHeartbeatInterval),
+			SuspectAfter:      l.Duration("CLUSTER_SUSPECT_AFTER", cluster.DefaultSuspectAfter),
+			DownAfter:         l.Duration("CLUSTER_DOWN_AFTER", cluster.DefaultDownAfter),
+			Retention:         l.Duration("CLUSTER_RETENTION", cluster.DefaultRetention),
+		},
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
 			l.Fail("REDIS_URL", "must be a redis:// or rediss:// URL")
 		}
 	}
+	c.Cluster.Check(l.Fail)
 	return c, l.Err()
 }

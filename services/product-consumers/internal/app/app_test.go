@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -62,7 +63,8 @@ func TestLoadConfig(t *testing.T) {
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
-					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour}
+					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
+					Cluster: cluster.Defaults(cluster.DefaultNodeID())}
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
 				}

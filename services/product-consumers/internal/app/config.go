@@ -4,6 +4,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 )
@@ -26,6 +27,7 @@ type Config struct {
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
+	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -48,6 +50,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
 		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
 		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+		Cluster: cluster.Config{
+			NodeID:            l.String("CLUSTER_NODE_ID", cluster.DefaultNodeID()),
+			HeartbeatInterval: l.Duration("CLUSTER_HEARTBEAT_INTERVAL", cluster.DefaultHeartbeatInterval),
+			SuspectAfter:      l.Duration("CLUSTER_SUSPECT_AFTER", cluster.DefaultSuspectAfter),
+			DownAfter:         l.Duration("CLUSTER_DOWN_AFTER", cluster.DefaultDownAfter),
+			Retention:         l.Duration("CLUSTER_RETENTION", cluster.DefaultRetention),
+		},
 	}
 	if c.HorizonMargin >= c.HandledRetention {
 		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
@@ -62,6 +71,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
+	c.Cluster.Check(l.Fail)
 	return c, l.Err()
 }
 
