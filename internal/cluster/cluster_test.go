@@ -161,13 +161,11 @@ func TestRevokedOwnerLateWriteRejected(t *testing.T) {
 	st := openStore(t, url)
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
 	t.Cleanup(func() { a.store.Close(); b.store.Close() })
-	stats := func(owner string) func() pcon.Stats {
-		return func() pcon.Stats {
-			return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3}}}
-		}
+	stats := func() pcon.Stats {
+		return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3}}}
 	}
-	a.WatchStats("g", stats("a"))
-	b.WatchStats("g", stats("b"))
+	a.WatchStats("g", stats)
+	b.WatchStats("g", stats)
 	ctx := context.Background()
 
 	a.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 0}})
