@@ -2,6 +2,7 @@ package app
 
 import (
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
@@ -28,6 +29,16 @@ type Config struct {
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
 	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
+	Reclaim          Reclaim
+}
+
+// Reclaim configures the DLT reclaimer that runs inside product-consumers.
+type Reclaim struct {
+	Enabled     bool
+	Interval    time.Duration // between passes
+	MinIdle     time.Duration // how long a record rests in the DLT first
+	Count       int           // records per partition per pass
+	MaxRedrives int           // re-drives per record before it stays parked
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -61,6 +72,15 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 	if c.HorizonMargin >= c.HandledRetention {
 		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
+	enabled := l.String("RECLAIM_ENABLED", "true")
+	var err error
+	if c.Reclaim.Enabled, err = strconv.ParseBool(enabled); err != nil {
+		l.Fail("RECLAIM_ENABLED", "must be true or false, got %q", enabled)
+	}
+	c.Reclaim.Interval = l.Duration("RECLAIM_INTERVAL", time.Minute)
+	c.Reclaim.MinIdle = l.Duration("RECLAIM_MIN_IDLE", 5*time.Minute)
+	c.Reclaim.Count = l.PositiveInt("RECLAIM_COUNT", 100)
+	c.Reclaim.MaxRedrives = l.PositiveInt("RECLAIM_MAX_REDRIVES", 3)
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
