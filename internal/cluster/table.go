@@ -21,12 +21,15 @@ func WriteTable(w io.Writer, v View) error {
 	}
 	fmt.Fprintln(tw)
 	if v.Leader != nil {
-		fmt.Fprintf(tw, "RELAY LEADER\t%s\ttoken %d\tsince %s\n", v.Leader.NodeID, v.Leader.Token, v.Leader.AcquiredAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "RELAY LEADER: %s (token %d, since %s)\n", v.Leader.NodeID, v.Leader.Token, v.Leader.AcquiredAt.UTC().Format(time.RFC3339))
 	} else {
-		fmt.Fprintln(tw, "RELAY LEADER\tnone")
+		fmt.Fprintln(tw, "RELAY LEADER: none")
+	}
+	if len(v.LeaderHistory) > 0 {
+		fmt.Fprintln(tw, "CHANGED\tNODE\tTOKEN\tREASON")
 	}
 	for _, h := range v.LeaderHistory {
-		fmt.Fprintf(tw, "  %s\t%s\ttoken %d\t%s\n", h.At.UTC().Format(time.RFC3339), h.NodeID, h.Token, h.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", h.At.UTC().Format(time.RFC3339), h.NodeID, h.Token, h.Reason)
 	}
 	for _, g := range v.Groups {
 		fmt.Fprintf(tw, "\nGROUP %s\n", g.Group)
