@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
@@ -20,6 +21,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		DBPoolSize:      4,
 		RedisURL:        testenv.RedisURL(t),
 		ProductCacheTTL: time.Second,
+		Cluster:         cluster.Defaults("api-test"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
