@@ -81,8 +81,7 @@ func TestMembershipLifecycle(t *testing.T) {
 	a.Start(context.Background())
 	waitStatus(t, st, map[string]string{"node-a": StatusAlive})
 
-	a.stop() // heartbeats stop as if the process were frozen
-	<-a.stopped
+	a.Abandon() // heartbeats stop as if the process were frozen
 	waitStatus(t, st, map[string]string{"node-a": StatusSuspect})
 	waitStatus(t, st, map[string]string{"node-a": StatusDown})
 
@@ -91,7 +90,6 @@ func TestMembershipLifecycle(t *testing.T) {
 	waitStatus(t, st, map[string]string{"node-a": StatusAlive})
 	again.Leave()
 	waitStatus(t, st, map[string]string{"node-a": StatusLeft})
-	a.store.Close()
 }
 
 // TestHeartbeatSurvivesDatabaseOutage: with a database that refuses

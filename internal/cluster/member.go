@@ -110,10 +110,7 @@ func (m *Member) Start(ctx context.Context) {
 // Leave stops the heartbeat, marks the node LEFT and closes the store. Call
 // it once, after the work that reports assignments has stopped.
 func (m *Member) Leave() {
-	if m.stop != nil {
-		m.stop()
-		<-m.stopped
-	}
+	m.halt()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.store.leave(ctx, m.cfg.NodeID); err != nil {
@@ -122,6 +119,20 @@ func (m *Member) Leave() {
 		m.logger.Info("left the cluster")
 	}
 	m.store.Close()
+}
+
+// Abandon stops the heartbeat without leaving, as a crash would (the node
+// turns SUSPECT, then DOWN), and closes the store.
+func (m *Member) Abandon() {
+	m.halt()
+	m.store.Close()
+}
+
+func (m *Member) halt() {
+	if m.stop != nil {
+		m.stop()
+		<-m.stopped
+	}
 }
 
 // run heartbeats until ctx ends. After a failure the next attempt backs

@@ -113,6 +113,8 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	s.member.Start(context.WithoutCancel(ctx))
 	if release {
 		defer s.member.Leave()
+	} else {
+		defer s.member.Abandon()
 	}
 	var wg sync.WaitGroup
 	// The first lease attempt happens before the scheduler starts, so a
