@@ -88,10 +88,14 @@ func TestClusterView(t *testing.T) {
 		return assignmentsMatch(v)
 	})
 
-	// A frozen process turns SUSPECT, then DOWN, and ALIVE again once thawed.
-	standby := "relay-2"
-	if !readyRole(t, admins["relay-1"], "leader") {
-		standby = "relay-1"
+	// One relay says it leads, the other that it stands by. A frozen
+	// process turns SUSPECT, then DOWN, and ALIVE again once thawed.
+	leader, standby := "relay-1", "relay-2"
+	if !readyRole(t, admins[leader], "leader") {
+		leader, standby = standby, leader
+	}
+	if !readyRole(t, admins[leader], "leader") || !readyRole(t, admins[standby], "standby") {
+		t.Fatalf("/readyz of %s and %s do not say leader and standby", leader, standby)
 	}
 	if err := relays[standby].Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -220,3 +220,28 @@ func onlyPartition(t *testing.T, st *Store) Partition {
 	}
 	return v.Groups[0].Partitions[0]
 }
+
+// TestRetention: nodes DOWN or LEFT for longer than the retention are
+// removed; recent ones, and live ones however old, stay.
+func TestRetention(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	ctx := context.Background()
+	if _, err := st.pool.Exec(ctx, `INSERT INTO cluster_nodes (node_id, service, host, version, started_at, last_heartbeat, suspect_after, down_after, left_at) VALUES
+		('left-long-ago', 's', 'h', 'v', now() - interval '3 days', now() - interval '2 days', '6s', '20s', now() - interval '2 days'),
+		('down-long-ago', 's', 'h', 'v', now() - interval '3 days', now() - interval '2 days', '6s', '20s', NULL),
+		('left-recently', 's', 'h', 'v', now() - interval '3 days', now() - interval '1 minute', '6s', '20s', now() - interval '1 minute'),
+		('alive-for-days', 's', 'h', 'v', now() - interval '3 days', now(), '6s', '20s', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := st.purge(ctx, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Errorf("purged %d nodes, want 2", n)
+	}
+	if diff := cmp.Diff(map[string]string{"left-recently": StatusLeft, "alive-for-days": StatusAlive}, statuses(t, st)); diff != "" {
+		t.Errorf("nodes after purge (-want +got):\n%s", diff)
+	}
+}
