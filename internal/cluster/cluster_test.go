@@ -245,3 +245,46 @@ func TestRetention(t *testing.T) {
 		t.Errorf("nodes after purge (-want +got):\n%s", diff)
 	}
 }
+
+// TestLateAssignment: an assignment written late (a retry after the hook's
+// write failed) does not take a row another live node owns, and takes it
+// once that node has left; a fresh assignment always does.
+func TestLateAssignment(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	ctx := context.Background()
+	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
+	t.Cleanup(func() { b.store.Close() })
+	if err := a.store.heartbeat(ctx, a.cfg, a.info, true); err != nil {
+		t.Fatal(err)
+	}
+	p0 := claim{Group: "g", Topic: "t", Partition: 0}
+	if _, _, err := st.assign(ctx, p0, "a", 1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		late      bool
+		before    func()
+		wantErr   error
+		wantOwner string
+	}{
+		{name: "late, the owner is alive", late: true, wantErr: ErrSuperseded, wantOwner: "a"},
+		{name: "late, the owner left", late: true, before: a.Leave, wantOwner: "b"},
+		{name: "fresh, whoever owns it", late: false, wantOwner: "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.before != nil {
+				tc.before()
+			}
+			_, _, err := st.assign(ctx, p0, "b", 1, 0, tc.late)
+			if err != tc.wantErr {
+				t.Fatalf("assign: %v, want %v", err, tc.wantErr)
+			}
+			if got := onlyPartition(t, st).Owner; got != tc.wantOwner {
+				t.Errorf("owner %s, want %s", got, tc.wantOwner)
+			}
+		})
+	}
+}

@@ -50,6 +50,7 @@ type owned struct {
 	assignedAt time.Time
 	baseline   uint64 // records handled by the partition before this assignment
 	ready      bool   // a record was handled since the assignment
+	superseded bool   // the row names a newer assignment: lag is not published
 }
 
 // Join returns a Member for the instance described by info, with a store
@@ -227,7 +228,7 @@ func (m *Member) OnAssigned(group string, ps []pcon.PartitionEvent) {
 		m.owned[c] = o
 		m.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
-		err := m.writeAssignment(ctx, c, o)
+		err := m.writeAssignment(ctx, c, o, false)
 		cancel()
 		if err != nil {
 			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, "error", err)
@@ -264,9 +265,19 @@ func (m *Member) OnRevoked(group string, ps []pcon.PartitionEvent) {
 	}
 }
 
-// writeAssignment writes o, unless the partition was revoked meanwhile.
-func (m *Member) writeAssignment(ctx context.Context, c claim, o *owned) error {
-	version, moved, err := m.store.assign(ctx, c, m.cfg.NodeID, o.epoch, o.offset)
+// writeAssignment writes o, unless the partition was revoked meanwhile. A
+// late write refused because another live node owns the row drops the
+// claim: the group moved the partition on, and that owner's hooks rule.
+func (m *Member) writeAssignment(ctx context.Context, c claim, o *owned, late bool) error {
+	version, moved, err := m.store.assign(ctx, c, m.cfg.NodeID, o.epoch, o.offset, late)
+	if errors.Is(err, ErrSuperseded) {
+		m.mu.Lock()
+		if m.owned[c] == o {
+			delete(m.owned, c)
+		}
+		m.mu.Unlock()
+		return err
+	}
 	if err != nil {
 		return err
 	}
@@ -283,16 +294,18 @@ func (m *Member) writeAssignment(ctx context.Context, c claim, o *owned) error {
 
 func (m *Member) retryAssignments(ctx context.Context) {
 	m.mu.Lock()
-	var pending []claim
-	var os []*owned
+	var (
+		pending []claim
+		claims  []*owned
+	)
 	for c, o := range m.owned {
 		if o.version == 0 {
-			pending, os = append(pending, c), append(os, o)
+			pending, claims = append(pending, c), append(claims, o)
 		}
 	}
 	m.mu.Unlock()
 	for i, c := range pending {
-		if err := m.writeAssignment(ctx, c, os[i]); err != nil {
+		if err := m.writeAssignment(ctx, c, claims[i], true); err != nil {
 			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, "error", err)
 		}
 	}
@@ -332,7 +345,7 @@ func (m *Member) publishLag(ctx context.Context) error {
 			m.mu.Lock()
 			o := m.owned[c]
 			var r lagReport
-			if o != nil && o.version > 0 {
+			if o != nil && o.version > 0 && !o.superseded {
 				if !o.ready && p.Processed+p.DeadLettered > o.baseline {
 					o.ready = true
 					m.metrics.ready.WithLabelValues(group).Observe(time.Since(o.assignedAt).Seconds())
@@ -350,6 +363,14 @@ func (m *Member) publishLag(ctx context.Context) error {
 		return err
 	}
 	for _, c := range refused {
+		// Assigned again since: stop reporting the partition. The release,
+		// when the group revokes it here too, is still recorded as a handoff
+		// (refused).
+		m.mu.Lock()
+		if o := m.owned[c]; o != nil {
+			o.superseded = true
+		}
+		m.mu.Unlock()
 		m.logger.Info("lag not published: the partition was assigned again since", "group", c.Group, "topic", c.Topic, "partition", c.Partition)
 	}
 	return nil

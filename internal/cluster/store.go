@@ -98,7 +98,13 @@ type claim struct {
 
 // assign records nodeID as the owner of c from now, with a new version. It
 // returns that version and whether the partition moved from another node.
-func (s *Store) assign(ctx context.Context, c claim, nodeID string, epoch uint64, offset int64) (version int64, moved bool, err error) {
+//
+// A late assignment (a retry after the hook's own write failed) must not
+// overwrite a newer owner: it only takes a row that is released, already
+// nodeID's, or owned by a node that is no longer ALIVE or SUSPECT; else it
+// returns ErrSuperseded. The hook's first write is not late: the group has
+// just given nodeID the partition.
+func (s *Store) assign(ctx context.Context, c claim, nodeID string, epoch uint64, offset int64, late bool) (version int64, moved bool, err error) {
 	err = s.pool.QueryRow(ctx, `
 		WITH prev AS (
 			SELECT node_id FROM cluster_assignments WHERE group_id = $1 AND topic = $2 AND partition = $3)
@@ -109,8 +115,14 @@ func (s *Store) assign(ctx context.Context, c claim, nodeID string, epoch uint64
 			assigned_at = now(), start_offset = EXCLUDED.start_offset, released_at = NULL,
 			true_lag = NULL, gap_size = NULL, blocking = NULL, lag_at = NULL, first_handled_at = NULL,
 			moves = a.moves + CASE WHEN a.node_id <> EXCLUDED.node_id THEN 1 ELSE 0 END
+		WHERE NOT $7 OR a.released_at IS NOT NULL OR a.node_id = EXCLUDED.node_id
+		   OR NOT EXISTS (SELECT 1 FROM cluster_node_status n
+		                  WHERE n.node_id = a.node_id AND n.status IN ('ALIVE', 'SUSPECT'))
 		RETURNING a.version, COALESCE((SELECT node_id <> $4 FROM prev), false)`,
-		c.Group, c.Topic, c.Partition, nodeID, int64(epoch), offset).Scan(&version, &moved)
+		c.Group, c.Topic, c.Partition, nodeID, int64(epoch), offset, late).Scan(&version, &moved)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, ErrSuperseded
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("cluster: assign %s/%s/%d: %w", c.Group, c.Topic, c.Partition, err)
 	}
