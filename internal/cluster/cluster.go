@@ -14,7 +14,9 @@
 // (pcon's hooks) and publishes each owned partition's true lag with its
 // heartbeat. Every new assignment of a partition bumps the row's version;
 // the owner's later writes carry the version it was given, so a revoked
-// owner's late write changes nothing.
+// owner's late write changes nothing. An assignment whose first write failed
+// is retried by the heartbeat, and then only takes a row that is released or
+// whose owner is no longer ALIVE or SUSPECT.
 //
 // The relay's leader history is written by a trigger on relay_lease
 // (migration 00005), so the relay needs no code for it.
