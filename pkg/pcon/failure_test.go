@@ -54,54 +54,59 @@ func TestRebalanceStorm(t *testing.T) {
 	})
 	cfg := e.config(group)
 	cfg.MaxInFlight = 300
-	var members [3]func()
-	running := func() int {
-		n := 0
-		for _, m := range members {
-			if m != nil {
-				n++
-			}
-		}
-		return n
-	}
-	_, members[0] = start(t, cfg, handler)
-	// Every change is a join or a leave; at least one member stays.
-	const changes = 24
-	for range changes {
-		time.Sleep(50*time.Millisecond + rand.N(150*time.Millisecond))
-		var candidates []int
-		for i, m := range members {
-			if m == nil || running() > 1 {
-				candidates = append(candidates, i)
-			}
-		}
-		i := candidates[rand.N(len(candidates))]
-		if members[i] != nil {
-			members[i]()
-			members[i] = nil
-		} else {
-			_, members[i] = start(t, cfg, handler)
-		}
-	}
-	handledDuringStorm := 0
-	for p := range chk.done {
-		for o := range chk.done[p] {
-			if chk.done[p][o].Load() {
-				handledDuringStorm++
-			}
-		}
-	}
+	members := storm(24, func() time.Duration { return 50*time.Millisecond + rand.N(150*time.Millisecond) },
+		func() func() { _, stop := start(t, cfg, handler); return stop }, nil)
+	handledDuringStorm := chk.completed()
 	t.Logf("%d of %d records completed when the storm ended", handledDuringStorm, len(recs))
 	e.waitCommitted(group, endOffsets(recs))
-	for _, m := range members {
-		if m != nil {
-			m()
-		}
-	}
+	members.stop()
 	if commits.Hits() == 0 {
 		t.Error("no commits observed")
 	}
 	checkClean(t, chk)
+}
+
+// members are up to three consumers of one group; nil slots are not
+// running.
+type members [3]func()
+
+func (m *members) stop() {
+	for i, stop := range m {
+		if stop != nil {
+			stop()
+			m[i] = nil
+		}
+	}
+}
+
+// storm starts one member, then makes changes joins or leaves, a gap()
+// apart, always keeping at least one member; before each change it calls
+// each (if not nil). It returns the members left running.
+func storm(changes int, gap func() time.Duration, join func() func(), each func()) *members {
+	var ms members
+	ms[0] = join()
+	for range changes {
+		time.Sleep(gap())
+		if each != nil {
+			each()
+		}
+		var live, idle []int
+		for i, m := range ms {
+			if m != nil {
+				live = append(live, i)
+			} else {
+				idle = append(idle, i)
+			}
+		}
+		if len(idle) > 0 && (len(live) == 1 || rand.N(2) == 0) {
+			ms[idle[rand.N(len(idle))]] = join()
+		} else {
+			i := live[rand.N(len(live))]
+			ms[i]()
+			ms[i] = nil
+		}
+	}
+	return &ms
 }
 
 // dltRecords reads n records from the dead-letter topic.
