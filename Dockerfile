@@ -6,7 +6,11 @@
 #   docker build --target commerce-api -t commerce-pipeline/commerce-api .
 #
 # The images are distroless/static: no shell, no libc, running as nonroot.
-# Each carries /usr/local/bin/healthcheck (cmd/healthcheck) for health checks.
+# Each carries /usr/local/bin/healthcheck (cmd/healthcheck) for health checks
+# and /usr/local/bin/pipelinectl (cmd/pipelinectl), the operators' tool, which
+# finds DATABASE_URL and KAFKA_BROKERS in the service's environment:
+#
+#   docker compose exec product-consumers pipelinectl dlt list
 
 ARG GO_VERSION=1.26.8
 
@@ -19,10 +23,11 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags="-s -w" -o /out/ \
       ./services/commerce-api ./services/outbox-relay ./services/product-consumers \
-      ./cmd/migrate ./cmd/healthcheck
+      ./cmd/migrate ./cmd/healthcheck ./cmd/pipelinectl
 
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=build /out/healthcheck /usr/local/bin/healthcheck
+COPY --from=build /out/pipelinectl /usr/local/bin/pipelinectl
 USER nonroot:nonroot
 
 FROM runtime AS commerce-api

@@ -17,9 +17,9 @@ import (
 // Exit codes.
 const (
 	exitOK      = 0
-	exitFailed  = 1 // the operation failed: nothing, or (for a re-drive) nothing more, was done
+	exitFailed  = 1 // the operation failed; stderr says why
 	exitUsage   = 2 // bad command, flag or configuration; nothing was done
-	exitPartial = 3 // part of the work was done and part failed (see the output)
+	exitPartial = 3 // some records were re-driven and others failed (see the output)
 )
 
 // usageError marks an error in how pipelinectl was called.

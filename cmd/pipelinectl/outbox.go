@@ -81,13 +81,21 @@ func (f *idsFlag) Set(v string) error {
 
 func outboxFailedRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
 	var ids idsFlag
-	fs.Var(&ids, "id", "outbox_failed id to re-drive; repeat or comma-separate")
+	fs.Var(&ids, "id", "outbox_failed ids to re-drive: --id 3 4 5, --id 3,4,5 or --id 3 --id 4")
 	all := fs.Bool("all", false, "re-drive every outbox_failed row")
 	dryRun := fs.Bool("dry-run", false, "show what would be re-driven; change nothing")
 	by := fs.String("by", "", "who re-drives, for the audit (default $USER@host)")
 	return func(ctx context.Context, e env, out output, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
+		// `--id 3 4 5`: the ids after the first are positional arguments.
+		if len(ids) == 0 {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+		}
+		for _, a := range args {
+			if err := ids.Set(a); err != nil {
+				return usagef("--id: %v", err)
+			}
 		}
 		if (len(ids) > 0) == *all {
 			return usagef("give either --id N… or --all")

@@ -206,9 +206,10 @@ func TestOutboxCommands(t *testing.T) {
 		t.Errorf("status after the re-drive %+v (%v)", js, err)
 	}
 
-	// Re-driving it again fails (it is gone), and changes nothing.
+	// Re-driving it again, with the other one, fails (it is gone) and
+	// changes nothing.
 	before = s.state()
-	code, _, errOut := s.ctl("outbox", "failed", "redrive", "--id", first)
+	code, _, errOut := s.ctl("outbox", "failed", "redrive", "--id", strconv.FormatInt(failed[1].ID, 10), first)
 	if code != exitFailed || !strings.Contains(errOut, "no such outbox_failed row") || s.state() != before {
 		t.Errorf("second re-drive: exit %d, stderr %q", code, errOut)
 	}
@@ -236,7 +237,7 @@ func TestDLTCommands(t *testing.T) {
 		t.Errorf("dry run (-want +got):\n%s", diff)
 	}
 	if after := lines(s.ok("dlt", "list", "--topic", "like")); after[1][3] != "3" {
-		t.Errorf("after the dry run %d records pending, want 3 (nothing committed)", len(after))
+		t.Errorf("after the dry run %s records pending, want 3 (nothing committed)", after[1][3])
 	}
 
 	var res reclaim.Result
@@ -276,6 +277,7 @@ func TestBadInvocations(t *testing.T) {
 		{"ids and all", []string{"outbox", "failed", "redrive", "--all", "--id", "1"}, "", "give either --id N… or --all"},
 		{"neither ids nor all", []string{"outbox", "failed", "redrive"}, "", "give either --id N… or --all"},
 		{"bad id", []string{"outbox", "failed", "redrive", "--id", "x"}, "", "want a positive outbox_failed id"},
+		{"bad later id", []string{"outbox", "failed", "redrive", "--id", "1", "2", "x"}, "", `--id: want a positive outbox_failed id, got "x"`},
 		{"stray argument", []string{"outbox", "status", "now"}, "", "unexpected arguments: now"},
 		{"no database", []string{"outbox", "status"}, "DATABASE_URL", "DATABASE_URL: is required"},
 		{"no brokers", []string{"dlt", "list"}, "KAFKA_BROKERS", "KAFKA_BROKERS: is required"},

@@ -106,8 +106,12 @@ type Redriven struct {
 // guarding against a second live copy, and outbox_failed / outbox_redrive keep
 // the history. The new row takes a new id from the outbox sequence, since the
 // relay reads only above its cursor, and carries the original sequence, which
-// the relay publishes as the CloudEvents sequence. Its created_at is now: the
-// relay's max-age clock starts again for the new attempt.
+// the relay publishes as the CloudEvents sequence. It keeps its created_at,
+// the CloudEvents time, too: consumers judge their idempotency horizon by it,
+// and an event older than the horizon must stay skipped however it returns.
+// The relay's max-age clock runs from it as well, so a re-driven event older
+// than OUTBOX_RELAY_MAX_AGE that meets a retriable error goes straight back
+// to outbox_failed: re-drive once the cause is fixed.
 func (s *Store) Redrive(ctx context.Context, sel Selection, by string, dryRun bool) ([]Redriven, error) {
 	if by == "" {
 		return nil, errors.New("re-drive: who asks for it must be named")
@@ -188,8 +192,8 @@ func redriveOne(ctx context.Context, tx pgx.Tx, f Failed, by string) (int64, err
 	err = tx.QueryRow(ctx, `
 		WITH f AS (DELETE FROM outbox_failed WHERE id = $1 RETURNING *),
 		n AS (
-			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, sequence)
-			SELECT event_id, event_type, source, aggregate_type, aggregate_id, payload, COALESCE(sequence, outbox_id) FROM f
+			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, sequence)
+			SELECT event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, COALESCE(sequence, outbox_id) FROM f
 			RETURNING id, event_id, sequence
 		), a AS (
 			INSERT INTO outbox_redrive (failed_id, failed_outbox_id, new_outbox_id, event_id, sequence, event_type, error_message, failed_at, redriven_by)

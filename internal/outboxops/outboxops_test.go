@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
@@ -95,6 +96,10 @@ func TestRedriveKeepsIdentity(t *testing.T) {
 	f := newFixture(t)
 	ev := uuid.NewString()
 	first := f.publish(ev)
+	var created time.Time
+	if err := f.conn.QueryRow(ctx, `SELECT created_at FROM outbox WHERE id = $1`, first).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
 	later := f.publish(uuid.NewString())
 	f.fail(first)
 	f.exec(`UPDATE outbox_cursor SET last_processed_id = $1 WHERE id = 1`, later)
@@ -134,6 +139,11 @@ func TestRedriveKeepsIdentity(t *testing.T) {
 	var seq, failedOutbox int64
 	if err := f.conn.QueryRow(ctx, `SELECT redriven_by, sequence, failed_outbox_id FROM outbox_redrive WHERE event_id = $1`, ev).Scan(&by, &seq, &failedOutbox); err != nil {
 		t.Fatal(err)
+	}
+	var sameTime bool
+	if err := f.conn.QueryRow(ctx, `SELECT o.created_at = f.created_at FROM outbox o, outbox_redrive r, LATERAL (SELECT $2::timestamptz AS created_at) f
+		WHERE o.id = r.new_outbox_id AND r.event_id = $1`, ev, created).Scan(&sameTime); err != nil || !sameTime {
+		t.Errorf("the re-driven row's created_at differs from the event's (%v)", err)
 	}
 	if by != "alice" || seq != first || failedOutbox != first {
 		t.Errorf("audit row by %q sequence %d failed outbox id %d, want alice, %d, %d", by, seq, failedOutbox, first, first)

@@ -151,15 +151,15 @@ func New(cfg Config) (*Reclaimer, error) {
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Producer.Retry.Max = 3
+	// One request in flight per broker keeps a batch in DLT order on its
+	// way back, retries included.
+	sc.Net.MaxOpenRequests = 1
 	// A record goes back to the partition it came from (its origin header),
 	// whatever the key hashes to, so it meets the same consumer ordering.
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	// A pass reads only records below the high water mark it saw, so a
 	// fetch has nothing to wait for.
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
-	// Commits happen only after republishes are acknowledged, never by timer.
-	sc.Consumer.Offsets.AutoCommit.Enable = false
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
 		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Brokers, err)
@@ -448,9 +448,18 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	if next >= hwm {
 		return pr
 	}
-	commitTo := next
-	err = r.read(ctx, k, next, hwm, func(m *sarama.ConsumerMessage) (bool, error) {
-		if pr.total() >= o.Count {
+	// Take the records first, then republish them as one batch and wait for
+	// every acknowledgement: one round trip per pass, not per record.
+	type taken struct {
+		offset int64
+		out    Outcome
+	}
+	var (
+		took  []taken
+		batch []*sarama.ProducerMessage
+	)
+	readErr := r.read(ctx, k, next, hwm, func(m *sarama.ConsumerMessage) (bool, error) {
+		if len(took) >= o.Count {
 			return false, nil
 		}
 		info := Inspect(m)
@@ -458,23 +467,35 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 			return false, nil // the rest of the partition is younger still
 		}
 		out := r.classify(topic, info)
-		if out == Redriven && !o.DryRun {
-			if err := r.republish(m, info); err != nil {
-				pr.Counts[Failed]++
-				return false, fmt.Errorf("republish %s/%d@%d to %s: %w", dlt, p, m.Offset, topic, err)
-			}
+		took = append(took, taken{m.Offset, out})
+		if out == Redriven {
+			batch = append(batch, redriven(m, info))
 		}
-		pr.Counts[out]++
 		if o.DryRun {
 			pr.Records = append(pr.Records, Record{Offset: m.Offset, Outcome: out, Key: string(m.Key),
 				Redrives: info.Redrives, DeadSince: info.DeadSince, Error: info.Error})
 		}
-		commitTo = m.Offset + 1
 		return true, nil
 	})
-	if err != nil {
-		pr.Err = err
+	// firstFailed is the offset of the first record whose republish was not
+	// acknowledged; the commit stops there.
+	firstFailed, sendErr := int64(-1), error(nil)
+	if !o.DryRun && len(batch) > 0 {
+		firstFailed, sendErr = r.republish(batch)
+		if sendErr != nil {
+			sendErr = fmt.Errorf("republish %s/%d@%d to %s: %w", dlt, p, firstFailed, topic, sendErr)
+		}
 	}
+	commitTo := next
+	for _, x := range took {
+		if x.offset == firstFailed {
+			pr.Counts[Failed]++
+			break
+		}
+		pr.Counts[x.out]++
+		commitTo = x.offset + 1
+	}
+	pr.Err = errors.Join(readErr, sendErr)
 	if o.DryRun || commitTo == next {
 		return pr
 	}
@@ -490,14 +511,6 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	}
 	pr.Committed = commitTo
 	return pr
-}
-
-func (pr PartitionResult) total() int {
-	n := 0
-	for _, c := range pr.Counts {
-		n += c
-	}
-	return n
 }
 
 // read delivers the records of k from `from` up to hwm to take, in order,
@@ -543,11 +556,11 @@ func (r *Reclaimer) classify(topic string, info Info) Outcome {
 	return Redriven
 }
 
-// republish sends m back to the partition it was dead-lettered from, without
-// the previous DLT headers, with the re-drive counter raised, and waits for
-// the acknowledgement (acks=all).
-func (r *Reclaimer) republish(m *sarama.ConsumerMessage, info Info) error {
-	msg := &sarama.ProducerMessage{Topic: info.Origin, Partition: info.Partition, Value: sarama.ByteEncoder(m.Value)}
+// redriven builds the record that sends m back to the partition it was
+// dead-lettered from, without the previous DLT headers, with the re-drive
+// counter raised. Metadata carries m's DLT offset.
+func redriven(m *sarama.ConsumerMessage, info Info) *sarama.ProducerMessage {
+	msg := &sarama.ProducerMessage{Topic: info.Origin, Partition: info.Partition, Value: sarama.ByteEncoder(m.Value), Metadata: m.Offset}
 	if m.Key != nil {
 		msg.Key = sarama.ByteEncoder(m.Key)
 	}
@@ -558,8 +571,26 @@ func (r *Reclaimer) republish(m *sarama.ConsumerMessage, info Info) error {
 		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(HeaderRedriveCount), Value: []byte(strconv.Itoa(info.Redrives + 1))})
-	_, _, err := r.producer.SendMessage(msg)
-	return err
+	return msg
+}
+
+// republish sends batch and waits for every acknowledgement (acks=all). On
+// failure it returns the lowest DLT offset among the records not
+// acknowledged.
+func (r *Reclaimer) republish(batch []*sarama.ProducerMessage) (firstFailed int64, err error) {
+	err = r.producer.SendMessages(batch)
+	if err == nil {
+		return -1, nil
+	}
+	var perrs sarama.ProducerErrors
+	if !errors.As(err, &perrs) || len(perrs) == 0 {
+		return batch[0].Metadata.(int64), err
+	}
+	firstFailed = perrs[0].Msg.Metadata.(int64)
+	for _, pe := range perrs {
+		firstFailed = min(firstFailed, pe.Msg.Metadata.(int64))
+	}
+	return firstFailed, perrs[0].Err
 }
 
 // Info is what the DLT headers say about a record.

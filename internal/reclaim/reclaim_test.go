@@ -1,11 +1,15 @@
 package reclaim_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +18,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -24,6 +31,7 @@ var domains = []string{"like-events", "order-events"}
 
 type env struct {
 	t       *testing.T
+	kafka   *kfake.Cluster
 	brokers []string
 	prod    sarama.SyncProducer
 }
@@ -43,7 +51,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &env{t: t, brokers: k.ListenAddrs(), prod: p}
+	return &env{t: t, kafka: k, brokers: k.ListenAddrs(), prod: p}
 }
 
 // dead is a DLT record as pcon writes it.
@@ -271,13 +279,28 @@ func TestFailedDomainDoesNotStopOthers(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 0, key: "o", age: time.Hour})
 	// stock-events.DLT does not exist in this cluster.
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"stock-events", "order-events"} })
+	var logs bytes.Buffer
+	r := e.reclaimer(nil, func(c *reclaim.Config) {
+		c.Topics = []string{"stock-events", "order-events"}
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
 	res := r.Pass(context.Background(), reclaim.Options{})
 	if res.Domains[0].Err == nil {
 		t.Error("the stock domain reported no error")
 	}
 	if got := res.Totals()[reclaim.Redriven]; got != 1 {
 		t.Errorf("order domain re-drove %d, want 1", got)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(rec["level"], " ", rec["msg"], " ", rec["domain"], rec["redriven"]))
+	}
+	if diff := cmp.Diff([]string{"ERROR reclaim domain error stock<nil>", "INFO reclaim completed <nil> 1"}, got); diff != "" {
+		t.Errorf("log lines (-want +got):\n%s", diff)
 	}
 }
 
@@ -334,5 +357,25 @@ func TestDryRunAndList(t *testing.T) {
 		Redrives: map[int]int64{0: 2, 3: 1}, AtMax: 1, Foreign: 1, Errors: map[string]int64{"database unavailable": 2}}
 	if diff := cmp.Diff(want, p2); diff != "" {
 		t.Errorf("list after a dry run (-want +got):\n%s", diff)
+	}
+}
+
+// TestRepublishFailureCommitsNothingPastIt: a republish the broker refuses is
+// counted as failed, the offset stays before it, and the next pass re-drives
+// it.
+func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
+		dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})
+	fault := e.kafka.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "order-events", Err: kerr.MessageTooLarge, Count: -1})
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"order-events"} })
+	res := r.Pass(context.Background(), reclaim.Options{})
+	p1 := res.Domains[0].Partitions[1]
+	if res.Err() == nil || p1.Counts[reclaim.Failed] != 1 || p1.Counts[reclaim.Redriven] != 0 || p1.Committed != 0 {
+		t.Fatalf("pass while the broker refuses: counts %v, committed %d, error %v", p1.Counts, p1.Committed, res.Err())
+	}
+	fault.Remove()
+	if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
+		t.Errorf("pass after the broker recovered re-drove %d, want 2", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,8 +130,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			return err
 		}
 		defer r.Close()
+		// Replicas reclaiming the same topics take turns; deployments
+		// running other consumers reclaim their own topics meanwhile.
+		lock := "reclaim:" + strings.Join(slices.Sorted(slices.Values(topics)), ",")
 		if _, err := sched.NewJob(gocron.DurationJob(cfg.Reclaim.Interval), gocron.NewTask(func(ctx context.Context) {
-			ran, err := st.ExclusivePass(ctx, func(ctx context.Context) { r.Pass(ctx, reclaim.Options{}) })
+			ran, err := st.ExclusivePass(ctx, lock, func(ctx context.Context) { r.Pass(ctx, reclaim.Options{}) })
 			switch {
 			case err != nil:
 				logger.Error("reclaim pass not run", "error", err)

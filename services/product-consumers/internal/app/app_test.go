@@ -45,13 +45,13 @@ func TestLoadConfig(t *testing.T) {
 		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
 		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
 		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
+		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
+		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
+		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
 		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
 		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
 		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
 		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
-		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
-		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
-		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 	}
 	hostname, _ := os.Hostname()

@@ -13,6 +13,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -24,6 +25,7 @@ import (
 // topic, a fresh database, a Redis database and a producer of CloudEvents.
 type fixture struct {
 	reg      *events.Registry
+	cluster  *kfake.Cluster
 	brokers  []string
 	dbURL    string
 	redisURL string
@@ -34,7 +36,8 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	reg := events.NewRegistry()
-	f := &fixture{reg: reg, brokers: testenv.Kafka(t, reg.AllTopics()...).ListenAddrs(), dbURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t)}
+	cluster := testenv.Kafka(t, reg.AllTopics()...)
+	f := &fixture{reg: reg, cluster: cluster, brokers: cluster.ListenAddrs(), dbURL: testenv.DatabaseURL(t), redisURL: testenv.RedisURL(t)}
 	sc := sarama.NewConfig()
 	sc.Producer.Return.Successes = true
 	sp, err := sarama.NewSyncProducer(f.brokers, sc)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,72 +13,36 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
-	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
-	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/app"
 )
 
-// stack is product-consumers running against a fresh database and broker.
+// stack is product-consumers running on a fixture, with a connection to its
+// database.
 type stack struct {
-	t       *testing.T
-	reg     *events.Registry
-	kafka   *kfake.Cluster
-	brokers []string
-	db      *pgx.Conn
-	prod    sarama.SyncProducer
-	admin   string
+	*fixture
+	t     *testing.T
+	db    *pgx.Conn
+	admin string
+	emit  func(topic string, rec events.Record, id string)
+	event func(ev any) events.Record
 }
 
+// startStack runs the like and order consumers with env added to the
+// fixture's settings, and waits for them to stop when the test ends.
 func startStack(t *testing.T, env map[string]string) *stack {
 	t.Helper()
-	ctx := context.Background()
-	s := &stack{t: t, reg: events.NewRegistry()}
-	s.kafka = testenv.Kafka(t, s.reg.AllTopics()...)
-	s.brokers = s.kafka.ListenAddrs()
-	dbURL := testenv.DatabaseURL(t)
-	var err error
-	if s.db, err = pgx.Connect(ctx, dbURL); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.db.Close(context.Background()) })
-	sc := sarama.NewConfig()
-	sc.Producer.Return.Successes = true
-	if s.prod, err = sarama.NewSyncProducer(s.brokers, sc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.prod.Close() })
-
-	vars := map[string]string{
-		"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(s.brokers, ","), "REDIS_URL": testenv.RedisURL(t),
-		"ADMIN_ADDR": "127.0.0.1:0", "CONSUMER_RETRY_BACKOFF": "10ms", "CONSUMERS": "like,order",
-	}
+	f := newFixture(t)
+	vars := map[string]string{"CONSUMERS": "like,order"}
 	for k, v := range env {
 		vars[k] = v
 	}
-	cfg, err := app.LoadConfig(config.FromMap(vars))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	ready := make(chan string, 1)
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	go func() { done <- app.Run(runCtx, cfg, logger, ready) }()
-	select {
-	case s.admin = <-ready:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	admin, done, stop := f.start(t, vars)
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -91,28 +54,19 @@ func startStack(t *testing.T, env map[string]string) *stack {
 			t.Error("Run did not return after shutdown")
 		}
 	})
-	return s
+	return &stack{fixture: f, t: t, db: f.conn(t), admin: admin, emit: f.sender(t), event: f.event(t)}
 }
 
-// send publishes ev as the relay would, with the given event id and sequence.
-func (s *stack) send(ev any, id string, seq int64) {
+// send publishes ev as the relay would, with the given event id and the
+// fixture's next sequence.
+func (s *stack) send(ev any, id string) {
 	s.t.Helper()
-	rec, err := s.reg.Marshal(ev)
+	rec := s.event(ev)
+	topic, err := events.TopicOf(rec.Type)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	topic, _ := events.TopicOf(rec.Type)
-	ce, err := s.reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: time.Now(), Sequence: seq, Record: rec})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(rec.AggregateID)}
-	if err := kafka_sarama.WriteProducerMessage(context.Background(), binding.ToMessage(&ce), pm); err != nil {
-		s.t.Fatal(err)
-	}
-	if _, _, err := s.prod.SendMessage(pm); err != nil {
-		s.t.Fatal(err)
-	}
+	s.emit(topic, rec, id)
 }
 
 // breakDatabase makes the consumers' writes fail (the idempotency records
@@ -245,14 +199,14 @@ func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
 	s := startStack(t, map[string]string{"RECLAIM_INTERVAL": "100ms", "RECLAIM_MIN_IDLE": "1s"})
 	repair := s.breakDatabase()
 	orderID := "00000000-0000-0000-0000-0000000000a1"
-	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID, 1)
-	for i, u := range []string{"u1", "u2", "u3"} {
-		s.send(events.LikeCreatedV1{UserID: u, ProductID: 1}, uuid.NewString(), int64(2+i))
+	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID)
+	for _, u := range []string{"u1", "u2", "u3"} {
+		s.send(events.LikeCreatedV1{UserID: u, ProductID: 1}, uuid.NewString())
 	}
 	waitFor(t, "4 dead letters", func() bool { return s.dltSize("like-events")+s.dltSize("order-events") >= 4 })
 	repair()
 	// The order event is redelivered as well: it must count once.
-	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID, 1)
+	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID)
 
 	want := map[int64]metricsRow{1: {Likes: 3, Sales: 5, Amount: 500}}
 	waitFor(t, "exact aggregates", func() bool { return cmp.Equal(want, s.metrics()) })
@@ -278,13 +232,13 @@ func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
 // consumer's sequence guard ignores it and the count stays right.
 func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
 	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
-	s.send(events.LikeCreatedV1{UserID: "other", ProductID: 7}, uuid.NewString(), 1)
+	s.send(events.LikeCreatedV1{UserID: "other", ProductID: 7}, uuid.NewString())
 	waitFor(t, "the first like", func() bool { return s.metrics()[7].Likes == 1 })
 	repair := s.breakDatabase()
-	s.send(events.LikeCreatedV1{UserID: "u1", ProductID: 7}, uuid.NewString(), 10)
+	s.send(events.LikeCreatedV1{UserID: "u1", ProductID: 7}, uuid.NewString())
 	waitFor(t, "the like in the DLT", func() bool { return s.dltSize("like-events") == 1 })
 	repair()
-	s.send(events.LikeCanceledV1{UserID: "u1", ProductID: 7}, uuid.NewString(), 20)
+	s.send(events.LikeCanceledV1{UserID: "u1", ProductID: 7}, uuid.NewString())
 	waitFor(t, "the cancel handled", func() bool { return s.handled("like") == 2 })
 
 	res := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
@@ -304,16 +258,16 @@ func TestReclaimCrashBeforeCommit(t *testing.T) {
 	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
 	repair := s.breakDatabase()
 	for _, u := range []string{"a", "b"} {
-		s.send(events.LikeCreatedV1{UserID: u, ProductID: 3}, uuid.NewString(), int64(len(u)))
+		s.send(events.LikeCreatedV1{UserID: u, ProductID: 3}, uuid.NewString())
 	}
-	s.send(events.OrderPaidV1{OrderID: 9, PaymentID: 9, Amount: 30, Items: []events.OrderItem{{ProductID: 3, Quantity: 3, UnitPrice: 10}}}, uuid.NewString(), 5)
+	s.send(events.OrderPaidV1{OrderID: 9, PaymentID: 9, Amount: 30, Items: []events.OrderItem{{ProductID: 3, Quantity: 3, UnitPrice: 10}}}, uuid.NewString())
 	waitFor(t, "3 dead letters", func() bool { return s.dltSize("like-events")+s.dltSize("order-events") == 3 })
 	repair()
 
 	var crash atomic.Bool
 	crash.Store(true)
-	s.kafka.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		s.kafka.KeepControl()
+	s.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		s.cluster.KeepControl()
 		// Only the reclaimer's commits: the consumers' own go through.
 		if crash.Load() && req.(*kmsg.OffsetCommitRequest).Group == reclaim.Group {
 			return nil, errors.New("reclaimer crashed before its commit"), true

@@ -296,21 +296,23 @@ func sortedValues[K comparable, V any](m map[K]V, key func(V) int64) []V {
 	return out
 }
 
-// reclaimLockKey is the advisory lock key of the DLT reclaimer
-// ("reclaim" in ASCII), held for the length of one pass.
-const reclaimLockKey int64 = 0x7265636c61696d
+// reclaimLockNamespace is the first key of the reclaimer's advisory locks
+// (the second is the hash of the lock's name); other advisory locks of this
+// database use other namespaces.
+const reclaimLockNamespace = 727276
 
-// ExclusivePass runs fn unless another process runs it already: fn runs while
-// this session holds the reclaimer's advisory lock, so of several replicas
-// only one reclaims at a time. ran reports whether fn ran.
-func (s *Store) ExclusivePass(ctx context.Context, fn func(context.Context)) (ran bool, err error) {
+// ExclusivePass runs fn unless another session holds the advisory lock
+// `name`: fn runs while this session holds it, so of several replicas
+// reclaiming the same topics only one runs a pass at a time. ran reports
+// whether fn ran.
+func (s *Store) ExclusivePass(ctx context.Context, name string, fn func(context.Context)) (ran bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	defer conn.Release()
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, reclaimLockKey).Scan(&ran); err != nil {
-		return false, fmt.Errorf("%w: take the reclaim lock: %v", ErrUnavailable, err)
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, reclaimLockNamespace, name).Scan(&ran); err != nil {
+		return false, fmt.Errorf("%w: take the lock %s: %v", ErrUnavailable, name, err)
 	}
 	if !ran {
 		return false, nil
@@ -318,7 +320,7 @@ func (s *Store) ExclusivePass(ctx context.Context, fn func(context.Context)) (ra
 	defer func() {
 		// A session that cannot unlock is closed instead: closing it
 		// releases the lock.
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, reclaimLockKey); uerr != nil {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, reclaimLockNamespace, name); uerr != nil {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx))
 		}
 	}()
