@@ -288,3 +288,49 @@ func TestLateAssignment(t *testing.T) {
 		})
 	}
 }
+
+// TestCollector: the view's metrics count nodes by service and status (every
+// status present, zeros included), the relay's terms, and the unreleased
+// partitions per group and node.
+func TestCollector(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	ctx := context.Background()
+	for _, q := range []string{
+		`INSERT INTO cluster_nodes (node_id, service, host, version, started_at, last_heartbeat, suspect_after, down_after, left_at) VALUES
+			('a', 'svc', 'h', 'v', now(), now(), '6s', '20s', NULL),
+			('b', 'svc', 'h', 'v', now(), now(), '6s', '20s', now())`,
+		`INSERT INTO relay_lease (name, owner, token, lease_until, acquired_at) VALUES ('outbox-relay', 'r', 4, now() + interval '5s', now())`,
+		`INSERT INTO cluster_assignments (group_id, topic, partition, node_id, epoch, assigned_at, start_offset, released_at) VALUES
+			('g', 't', 0, 'a', 1, now(), 0, NULL), ('g', 't', 1, 'a', 1, now(), 0, NULL), ('g', 't', 2, 'b', 1, now(), 0, now())`,
+	} {
+		if _, err := st.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(st, quiet))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range m.GetLabel() {
+				key += " " + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"cluster_nodes service=svc status=ALIVE": 1, "cluster_nodes service=svc status=SUSPECT": 0,
+		"cluster_nodes service=svc status=DOWN": 0, "cluster_nodes service=svc status=LEFT": 1,
+		"cluster_leader_changes_total":       4,
+		"cluster_assignments group=g node=a": 2,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

@@ -24,7 +24,7 @@ func NewCollector(st *Store, logger *slog.Logger) *Collector {
 	return &Collector{
 		store: st, logger: logger,
 		nodes:       prometheus.NewDesc("cluster_nodes", "Registered service instances by service and status (derived from heartbeat age on the database clock).", []string{"service", "status"}, nil),
-		changes:     prometheus.NewDesc("cluster_leader_changes_total", "Relay leader terms started (acquired), within the history's retention.", nil, nil),
+		changes:     prometheus.NewDesc("cluster_leader_changes_total", "Relay leader terms started (the relay lease's fencing token).", nil, nil),
 		assignments: prometheus.NewDesc("cluster_assignments", "Partitions each node owns (not released), by consumer group.", []string{"group", "node"}, nil),
 	}
 }

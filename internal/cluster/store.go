@@ -210,10 +210,12 @@ func (s *Store) publishLag(ctx context.Context, nodeID string, rs []lagReport) (
 	return refused, nil
 }
 
-// leaderTerms counts the relay lease's terms in the history.
+// leaderTerms is how many terms the relay lease has had: its fencing token
+// grows by one per term and, unlike the history, is never purged, so it
+// only grows (a Prometheus counter).
 func (s *Store) leaderTerms(ctx context.Context) (int64, error) {
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM cluster_leader_history WHERE lease = $1 AND reason = 'acquired'`, RelayLease).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(token), 0) FROM relay_lease WHERE name = $1`, RelayLease).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: count leader terms: %w", err)
 	}
