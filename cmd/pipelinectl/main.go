@@ -1,7 +1,7 @@
 // Command pipelinectl is the operators' tool for what the pipeline parks:
 // dead-lettered records (`dlt list`, `dlt redrive`), events the relay gave up
-// on (`outbox failed list`, `outbox failed redrive`), and the relay's state
-// (`outbox status`). It reads DATABASE_URL and KAFKA_BROKERS like the
+// on (`outbox failed list`, `outbox failed redrive`), the relay's state
+// (`outbox status`), and the cluster view (`cluster`). It reads DATABASE_URL and KAFKA_BROKERS like the
 // services. Run `pipelinectl help` for the commands; exit codes are in
 // cli.go.
 package main

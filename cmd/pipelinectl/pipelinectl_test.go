@@ -267,7 +267,7 @@ func TestBadInvocations(t *testing.T) {
 		stderr string
 	}{
 		{"no command", nil, "", "a subcommand is required"},
-		{"unknown command", []string{"cluster"}, "", `unknown command "cluster"; one of: dlt, outbox`},
+		{"unknown command", []string{"clusters"}, "", `unknown command "clusters"; one of: dlt, outbox, cluster`},
 		{"unknown flag", []string{"dlt", "list", "--bogus"}, "", "flag provided but not defined: -bogus"},
 		{"bad output", []string{"outbox", "status", "-o", "yaml"}, "", "-o must be table or json"},
 		{"redrive without topic", []string{"dlt", "redrive"}, "", "--topic is required"},

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
@@ -26,12 +27,21 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	defer st.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "commerce-api", Roles: []string{"api"}}, logger, reg)
+	if err != nil {
+		return err
+	}
+	member.Start(context.WithoutCancel(ctx))
+	defer member.Leave()
+	// The cluster's own series are exposed once, here, from the database.
+	reg.MustRegister(cluster.NewCollector(member.Store(), logger))
 	deps := api.Deps{
 		Store:          st,
 		Logger:         logger,
 		Metrics:        reg,
 		Checks:         map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 		RequestTimeout: cfg.RequestTimeout,
+		Cluster:        member,
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)

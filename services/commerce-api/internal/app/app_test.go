@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
@@ -22,6 +23,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		DB:              pg.Options{MaxConns: 4},
 		RedisURL:        testenv.RedisURL(t),
 		ProductCacheTTL: time.Second,
+		Cluster:         cluster.Defaults("api-test"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
@@ -21,6 +22,7 @@ type Config struct {
 	// RequestTimeout (REQUEST_TIMEOUT, default 5s) is the deadline of every
 	// request; one that runs out answers 503.
 	RequestTimeout time.Duration
+	Cluster        cluster.Config // CLUSTER_*: this node in the cluster registry
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -40,6 +42,7 @@ func Load(l *config.Loader) Config {
 		RedisURL:        l.String("REDIS_URL", ""),
 		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
 		RequestTimeout:  l.Duration("REQUEST_TIMEOUT", 5*time.Second),
+		Cluster:         cluster.Load(l, ""),
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {

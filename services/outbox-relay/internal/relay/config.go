@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
@@ -29,6 +30,9 @@ type Config struct {
 	// the live heap stays small (a few batches), so collecting less often
 	// than Go's 100 buys drain throughput for a few MB of memory.
 	GCPercent int
+	// Cluster (CLUSTER_*) is this node in the cluster registry, under NodeID:
+	// the lease owner and the registry's node are one name.
+	Cluster cluster.Config
 }
 
 // LoadConfig reads the Config through lookup (os.LookupEnv in main). The
@@ -57,6 +61,7 @@ func Load(l *config.Loader) Config {
 	if len(c.NodeID) > 200 {
 		l.Fail("OUTBOX_RELAY_NODE_ID", "must be at most 200 characters, got %d", len(c.NodeID))
 	}
+	c.Cluster = cluster.Load(l, c.NodeID)
 	return c
 }
 

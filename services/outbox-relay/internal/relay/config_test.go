@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
@@ -42,6 +43,7 @@ func TestLoadConfig(t *testing.T) {
 			DB:        pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
 			BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
 			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour, GCPercent: 400,
+			Cluster: cluster.Defaults("n1"),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("config (-want +got):\n%s", diff)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
@@ -56,6 +57,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if err != nil {
 		return err
 	}
+	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "product-consumers", Roles: cfg.Consumers}, logger, reg)
+	if err != nil {
+		return err
+	}
+	// Heartbeats go on while the consumers drain; Leave (deferred, so after
+	// they stopped and released their partitions) ends them.
+	member.Start(context.WithoutCancel(ctx))
+	defer member.Leave()
 	var (
 		consumers []*pcon.Consumer
 		topics    []string
@@ -80,6 +89,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Backoff:        cfg.RetryBackoff,
 			DLTSuffix:      events.DLTSuffix,
 			Logger:         logger.With("consumer", name, "group", spec.Group),
+			OnAssigned:     member.OnAssigned,
+			OnRevoked:      member.OnRevoked,
 		}, spec.Handler)
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)
@@ -88,6 +99,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
 			return fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
+		member.WatchStats(spec.Group, c.Stats)
 		consumers = append(consumers, c)
 		if !slices.Contains(topics, spec.Topic) {
 			topics = append(topics, spec.Topic)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
@@ -28,6 +29,7 @@ type Config struct {
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
+	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
 	Reclaim          Reclaim
 }
 
@@ -64,6 +66,7 @@ func Load(l *config.Loader) Config {
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
 		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
 		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+		Cluster:          cluster.Load(l, ""),
 	}
 	if c.HorizonMargin >= c.HandledRetention {
 		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
