@@ -17,6 +17,8 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/web"
 )
 
 // OpenAPI is the OpenAPI 3 document of this API, served at /openapi.yaml.
@@ -42,12 +44,15 @@ type Deps struct {
 	Logger  *slog.Logger
 	Metrics *prometheus.Registry
 	Checks  map[string]httpserver.Check
+	// Stream serves GET /api/v1/stream; nil answers it with 503.
+	Stream *stream.Hub
 }
 
 type server struct {
 	st    *store.Store
 	cache ProductCache
 	log   *slog.Logger
+	hub   *stream.Hub
 }
 
 // NewHandler returns the service's whole HTTP handler: the API under /api/v1,
@@ -60,7 +65,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{st: d.Store, cache: d.Cache, log: d.Logger}
+	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
@@ -74,7 +79,10 @@ func NewHandler(d Deps) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(OpenAPI)
 	})
+	r.Get("/", web.Index)
+	r.Handle("/static/*", web.Static())
 	r.Route("/api/v1", func(r chi.Router) {
+		r.Get("/stream", s.handle(s.streamEvents))
 		r.Post("/products", s.handle(s.createProduct))
 		r.Get("/products", s.handle(s.listProducts))
 		r.Get("/products/{id}", s.handle(s.getProduct))

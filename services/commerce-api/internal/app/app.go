@@ -3,6 +3,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -14,11 +15,15 @@ import (
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
 
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
 // when not nil, receives the bound HTTP address.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+//
+// cluster, when not nil, supplies the nodes' part of the stream's pipeline
+// summary.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, cluster stream.Cluster, ready chan<- string) error {
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DBPoolSize, events.NewRegistry())
 	if err != nil {
 		return err
@@ -40,10 +45,22 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		defer c.Close()
 		deps.Cache = c
 	}
+	scfg := stream.DefaultConfig()
+	scfg.MaxStreams = cfg.StreamMaxClients
+	hub := stream.New(st, cluster, scfg, logger)
+	deps.Stream = hub
 	h, err := api.NewHandler(deps)
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
 	}
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbPoolSize", cfg.DBPoolSize, "cache", cfg.RedisURL != "")
-	return httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+	// The hub ends every open stream when ctx ends, so the server's
+	// graceful shutdown does not wait on them.
+	hubCtx, stopHub := context.WithCancel(ctx)
+	defer stopHub()
+	hubErr := make(chan error, 1)
+	go func() { hubErr <- hub.Run(hubCtx) }()
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbPoolSize", cfg.DBPoolSize, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
+	serveErr := httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+	stopHub()
+	return errors.Join(serveErr, <-hubErr)
 }

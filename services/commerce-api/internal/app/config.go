@@ -15,6 +15,9 @@ type Config struct {
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
 	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
+	// StreamMaxClients (STREAM_MAX_CLIENTS, default 100) bounds the open
+	// GET /api/v1/stream connections; more are answered 503.
+	StreamMaxClients int
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -27,6 +30,8 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		DBPoolSize:      l.PositiveInt("DB_POOL_SIZE", 20),
 		RedisURL:        l.String("REDIS_URL", ""),
 		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+
+		StreamMaxClients: l.PositiveInt("STREAM_MAX_CLIENTS", 100),
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {

@@ -37,6 +37,7 @@ type Store struct {
 	db  *gorm.DB
 	sql *sql.DB
 	reg *events.Registry
+	url string // for connections of their own (LISTEN)
 }
 
 // Open connects to databaseURL with at most poolSize connections and checks
@@ -58,7 +59,7 @@ func Open(ctx context.Context, databaseURL string, poolSize int, reg *events.Reg
 	sqlDB.SetMaxOpenConns(poolSize)
 	sqlDB.SetMaxIdleConns(poolSize)
 	sqlDB.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db, sql: sqlDB, reg: reg}
+	s := &Store{db: db, sql: sqlDB, reg: reg, url: databaseURL}
 	if err := s.Ping(ctx); err != nil {
 		sqlDB.Close()
 		return nil, err
