@@ -187,6 +187,9 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer h.stop()
 	wm, _, err := h.src.ChangesSince(ctx, 0)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("stream: first watermark: %w", err)
 	}
 	h.readMu.Lock()
