@@ -1,0 +1,73 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
+)
+
+// TestStreamHTTP: the stream answers text/event-stream with a ready event
+// and summaries matching the document; a bad Last-Event-ID is a 400 and a
+// stream past the limit a 503, both problems.
+func TestStreamHTTP(t *testing.T) {
+	var hub *stream.Hub
+	e := newEnv(t, func(d *api.Deps) {
+		hub = stream.New(d.Store, nil, stream.Config{MaxStreams: 1, SummaryEvery: 50 * time.Millisecond}, slog.New(slog.DiscardHandler))
+		d.Stream = hub
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = hub.Run(ctx) }()
+
+	resp, err := http.Get(e.srv.URL + "/api/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("stream: %d %q, want 200 text/event-stream", resp.StatusCode, ct)
+	}
+	doc, _ := spec(t)
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	var name string
+	for !seen[stream.ReadyEvent] || !seen[stream.SummaryEvent] {
+		if !sc.Scan() {
+			t.Fatalf("the stream ended: %v", sc.Err())
+		}
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			name = v
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		seen[name] = true
+		if name == stream.SummaryEvent {
+			var v any
+			if err := json.Unmarshal([]byte(data), &v); err != nil {
+				t.Fatal(err)
+			}
+			if err := doc.Components.Schemas["StreamSummary"].Value.VisitJSON(v); err != nil {
+				t.Errorf("summary %s does not match StreamSummary: %v", data, err)
+			}
+		}
+	}
+
+	if r := e.do(t, "GET", "/api/v1/stream?lastEventId=abc", "", ""); r.Status != http.StatusBadRequest {
+		t.Errorf("bad lastEventId: %d, want 400", r.Status)
+	}
+	r := e.do(t, "GET", "/api/v1/stream", "", "")
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Content-Type") != api.ProblemContentType || r.Header.Get("Retry-After") == "" {
+		t.Errorf("stream past the limit: %d %q Retry-After %q, want 503 problem with Retry-After", r.Status, r.Header.Get("Content-Type"), r.Header.Get("Retry-After"))
+	}
+}
