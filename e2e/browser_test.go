@@ -213,7 +213,9 @@ func (s *system) waitLikes(id, n int64, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for {
 		// The listing, not the product's page: that one is cached.
-		var page struct{ Items []struct{ ID, LikeCount int64 } }
+		var page struct {
+			Items []struct{ ID, LikeCount int64 }
+		}
 		s.call("GET", "/products?sort=likes_desc&size=100", "", nil, &page)
 		var likes int64
 		for _, p := range page.Items {

@@ -76,6 +76,7 @@ cat <<MSG
 
 The pipeline is running. Ctrl-C stops it.
 
+  live page           http://$API_ADDR/   <- open it in a browser
   commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
   outbox-relay admin  http://$RELAY_ADMIN/metrics
   consumers admin     http://$CONSUMERS_ADMIN/metrics
@@ -84,7 +85,7 @@ The pipeline is running. Ctrl-C stops it.
   Redis               $redis_url
   logs                $STATE/logs/
 
-Try:
+Try (or use the live page's form):
   curl -s -XPOST localhost:8080/api/v1/products -d '{"name":"Keyboard","price":50000,"stock":3}'
   curl -s -XPOST localhost:8080/api/v1/products/1/likes -H 'X-User-ID: alice'
   curl -s localhost:8080/api/v1/products/1 -H 'X-User-ID: bob'

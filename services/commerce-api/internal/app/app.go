@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -60,7 +61,21 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, cluster stream.Cl
 	hubErr := make(chan error, 1)
 	go func() { hubErr <- hub.Run(hubCtx) }()
 	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbPoolSize", cfg.DBPoolSize, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
+	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
 	serveErr := httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
 	stopHub()
 	return errors.Join(serveErr, <-hubErr)
+}
+
+// pageURL is the live page's address for a listen address, for the log a
+// newcomer reads: a wildcard host becomes localhost.
+func pageURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen + "/"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }
