@@ -3,7 +3,9 @@
 # foreground, until Ctrl-C: PostgreSQL (DATABASE_URL, or the machine's own
 # server), Redis (REDIS_URL, or a local one), the in-process dev Kafka broker
 # with every topic, the migrations, and the three services. Ctrl-C or SIGTERM
-# stops every process it started.
+# stops every process it started. DEV_RELAYS and DEV_CONSUMERS (2 each) set
+# how many relays (one leads, the others stand by) and product-consumers
+# instances (they share the groups' partitions) run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -11,6 +13,8 @@ cd "$(dirname "$0")/.."
 API_ADDR=127.0.0.1:8080
 RELAY_ADMIN=127.0.0.1:8081
 CONSUMERS_ADMIN=127.0.0.1:8082
+RELAYS=${DEV_RELAYS:-2}
+CONSUMERS=${DEV_CONSUMERS:-2}
 KAFKA_PORT=9092
 STATE=.dev
 mkdir -p "$STATE/bin" "$STATE/logs"
@@ -66,11 +70,22 @@ for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null 
 
 brokers=127.0.0.1:$KAFKA_PORT
 start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" "$STATE/bin/commerce-api"
-start outbox-relay DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" ADMIN_ADDR="$RELAY_ADMIN" "$STATE/bin/outbox-relay"
-start product-consumers DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" REDIS_URL="$redis_url" ADMIN_ADDR="$CONSUMERS_ADMIN" "$STATE/bin/product-consumers"
+# The first relay and consumer instance listen on RELAY_ADMIN and
+# CONSUMERS_ADMIN; each further one two ports above the previous.
+admin_addr() { echo "127.0.0.1:$(( ${1##*:} + 2 * ($2 - 1) ))"; }
+for i in $(seq 1 "$RELAYS"); do
+  start "outbox-relay-$i" DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" ADMIN_ADDR="$(admin_addr "$RELAY_ADMIN" "$i")" \
+    OUTBOX_RELAY_NODE_ID="relay-$i" "$STATE/bin/outbox-relay"
+done
+for i in $(seq 1 "$CONSUMERS"); do
+  # Instances on one host need their own static member and node ids.
+  start "product-consumers-$i" DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" REDIS_URL="$redis_url" \
+    ADMIN_ADDR="$(admin_addr "$CONSUMERS_ADMIN" "$i")" CONSUMER_INSTANCE_ID="consumers-$i" CLUSTER_NODE_ID="consumers-$i" \
+    "$STATE/bin/product-consumers"
+done
 wait_http commerce-api "http://$API_ADDR/readyz"
-wait_http outbox-relay "http://$RELAY_ADMIN/healthz"
-wait_http product-consumers "http://$CONSUMERS_ADMIN/readyz"
+for i in $(seq 1 "$RELAYS"); do wait_http "outbox-relay-$i" "http://$(admin_addr "$RELAY_ADMIN" "$i")/healthz"; done
+for i in $(seq 1 "$CONSUMERS"); do wait_http "product-consumers-$i" "http://$(admin_addr "$CONSUMERS_ADMIN" "$i")/readyz"; done
 
 cat <<MSG
 
@@ -78,8 +93,9 @@ The pipeline is running. Ctrl-C stops it.
 
   live page           http://$API_ADDR/   <- open it in a browser
   commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
-  outbox-relay admin  http://$RELAY_ADMIN/metrics
-  consumers admin     http://$CONSUMERS_ADMIN/metrics
+  outbox-relay admin  http://$RELAY_ADMIN/metrics   ($RELAYS relays, admin ports two apart)
+  consumers admin     http://$CONSUMERS_ADMIN/metrics   ($CONSUMERS instances, admin ports two apart)
+  cluster view        http://$API_ADDR/api/v1/cluster   (or: DATABASE_URL='$db_url' go run ./cmd/pipelinectl cluster)
   Kafka (dev broker)  $brokers
   PostgreSQL          $db_url
   Redis               $redis_url

@@ -101,6 +101,9 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
+// Signal sends sig to the process (SIGSTOP and SIGCONT freeze and thaw it).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Stop asks the process to shut down (SIGTERM) and kills it if it has not
 // exited within grace.
 func (p *Proc) Stop(grace time.Duration) {

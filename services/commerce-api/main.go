@@ -27,5 +27,5 @@ func run(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return app.Run(ctx, cfg, logger, nil, nil)
+	return app.Run(ctx, cfg, logger, nil)
 }

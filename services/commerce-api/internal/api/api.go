@@ -46,6 +46,8 @@ type Deps struct {
 	Checks  map[string]httpserver.Check
 	// Stream serves GET /api/v1/stream; nil answers it with 503.
 	Stream *stream.Hub
+	// Cluster, when set, serves GET /api/v1/cluster.
+	Cluster ClusterView
 }
 
 type server struct {
@@ -91,6 +93,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 		r.Post("/orders", s.handle(s.createOrder))
 		r.Get("/orders/{id}", s.handle(s.getOrder))
 		r.Post("/orders/{id}/payments", s.handle(s.pay))
+		if d.Cluster != nil {
+			r.Get("/cluster", s.handle(clusterView(d.Cluster)))
+		}
 	})
 	return r, nil
 }

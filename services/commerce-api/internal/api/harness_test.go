@@ -54,6 +54,7 @@ func spec(t *testing.T) (*openapi3.T, routers.Router) {
 }
 
 type env struct {
+	url string
 	db  *storetest.DB
 	st  *store.Store
 	srv *httptest.Server
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, with ...func(*api.Deps)) *env {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{db: storetest.Open(t, url), st: st, srv: srv}
+	return &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
 }
 
 type response struct {

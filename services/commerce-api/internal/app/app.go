@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
@@ -21,10 +22,7 @@ import (
 
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
 // when not nil, receives the bound HTTP address.
-//
-// cluster, when not nil, supplies the nodes' part of the stream's pipeline
-// summary.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger, cluster stream.Cluster, ready chan<- string) error {
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DBPoolSize, events.NewRegistry())
 	if err != nil {
 		return err
@@ -32,11 +30,20 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, cluster stream.Cl
 	defer st.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "commerce-api", Roles: []string{"api"}}, logger, reg)
+	if err != nil {
+		return err
+	}
+	member.Start(context.WithoutCancel(ctx))
+	defer member.Leave()
+	// The cluster's own series are exposed once, here, from the database.
+	reg.MustRegister(cluster.NewCollector(member.Store(), logger))
 	deps := api.Deps{
 		Store:   st,
 		Logger:  logger,
 		Metrics: reg,
 		Checks:  map[string]httpserver.Check{"postgres": st.Ping},
+		Cluster: member,
 	}
 	if cfg.RedisURL != "" {
 		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)
@@ -48,7 +55,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, cluster stream.Cl
 	}
 	scfg := stream.DefaultConfig()
 	scfg.MaxStreams = cfg.StreamMaxClients
-	hub := stream.New(st, cluster, scfg, logger)
+	hub := stream.New(st, stream.FromView(member), scfg, logger)
 	deps.Stream = hub
 	h, err := api.NewHandler(deps)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
@@ -23,12 +24,13 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		ProductCacheTTL: time.Second,
 
 		StreamMaxClients: 10,
+		Cluster:          cluster.Defaults("api-test"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler), nil, ready) }()
+	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
 	var addr string
 	select {
 	case addr = <-ready:
@@ -76,7 +78,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 
 func TestRunFailsWithoutDatabase(t *testing.T) {
 	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", DBPoolSize: 1, ProductCacheTTL: time.Second}
-	if err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil, nil); err == nil {
+	if err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 		t.Error("Run with an unreachable database returned nil")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 )
 
@@ -19,10 +20,10 @@ func TestLoadConfig(t *testing.T) {
 		wantErr []string // variables the error must name
 	}{
 		{"defaults", map[string]string{"DATABASE_URL": db},
-			Config{DatabaseURL: db, HTTPAddr: ":8080", DBPoolSize: 20, ProductCacheTTL: 30 * time.Second, StreamMaxClients: 100}, nil},
+			Config{DatabaseURL: db, HTTPAddr: ":8080", DBPoolSize: 20, ProductCacheTTL: 30 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
 		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "DB_POOL_SIZE": "64",
 			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s", "STREAM_MAX_CLIENTS": "7"},
-			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DBPoolSize: 64, RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, StreamMaxClients: 7}, nil},
+			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DBPoolSize: 64, RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, StreamMaxClients: 7, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
 		{"missing database", map[string]string{}, Config{}, []string{"DATABASE_URL"}},
 		{"every problem at once", map[string]string{"DATABASE_URL": "mysql://x/y", "DB_POOL_SIZE": "0",
 			"REDIS_URL": "localhost:6379", "PRODUCT_CACHE_TTL": "soon", "STREAM_MAX_CLIENTS": "0"}, Config{},

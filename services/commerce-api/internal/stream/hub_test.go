@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
@@ -384,5 +385,35 @@ func TestShutdownEndsStreams(t *testing.T) {
 	}
 	if _, err := hub.Subscribe(context.Background(), 0); !errors.Is(err, stream.ErrClosed) {
 		t.Errorf("subscription after shutdown: err %v, want ErrClosed", err)
+	}
+}
+
+// TestSummarize: the cluster view is reduced to the nodes that have not
+// left and, per group, the owned partitions and their total lag.
+func TestSummarize(t *testing.T) {
+	lag := func(n int64) *int64 { return &n }
+	released := time.Now()
+	v := cluster.View{
+		Nodes: []cluster.Node{
+			{ID: "api-1", Service: "commerce-api", Status: "ALIVE"},
+			{ID: "relay-1", Service: "outbox-relay", Status: "SUSPECT"},
+			{ID: "relay-0", Service: "outbox-relay", Status: "LEFT"},
+		},
+		Groups: []cluster.Group{{Group: "product-likes", Partitions: []cluster.Partition{
+			{Topic: "like-events", Partition: 0, Owner: "c-1", TrueLag: lag(3)},
+			{Topic: "like-events", Partition: 1, Owner: "c-1", TrueLag: lag(4)},
+			{Topic: "like-events", Partition: 2, Owner: "c-2"}, // no heartbeat with lag yet
+			{Topic: "like-events", Partition: 3, Owner: "c-0", TrueLag: lag(100), ReleasedAt: &released},
+		}}},
+	}
+	want := stream.ClusterSummary{
+		Nodes: []stream.Node{
+			{ID: "api-1", Service: "commerce-api", Status: "ALIVE", Alive: true},
+			{ID: "relay-1", Service: "outbox-relay", Status: "SUSPECT"},
+		},
+		Groups: []stream.Group{{Name: "product-likes", Lag: 7, Partitions: 3}},
+	}
+	if diff := cmp.Diff(want, stream.Summarize(v)); diff != "" {
+		t.Errorf("Summarize (-want +got):\n%s", diff)
 	}
 }

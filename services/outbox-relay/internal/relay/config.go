@@ -6,22 +6,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 )
 
 // Config is every setting of the relay, read from the environment.
 type Config struct {
-	DatabaseURL   string        // DATABASE_URL
-	Brokers       []string      // KAFKA_BROKERS, comma-separated
-	AdminAddr     string        // ADMIN_ADDR: /healthz, /readyz, /metrics
-	NodeID        string        // OUTBOX_RELAY_NODE_ID: the lease owner; hostname-pid by default
-	BatchSize     int           // OUTBOX_RELAY_BATCH_SIZE: rows read per batch
-	SendTimeout   time.Duration // OUTBOX_RELAY_SEND_TIMEOUT: how long a batch waits for Kafka
-	RetryInterval time.Duration // OUTBOX_RELAY_RETRY_INTERVAL: next_retry_at after a retriable failure
-	MaxAge        time.Duration // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
-	Interval      time.Duration // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
-	LeaseTTL      time.Duration // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
-	Retention     time.Duration // OUTBOX_RETENTION: published rows older than this are purged
+	DatabaseURL   string         // DATABASE_URL
+	Brokers       []string       // KAFKA_BROKERS, comma-separated
+	AdminAddr     string         // ADMIN_ADDR: /healthz, /readyz, /metrics
+	NodeID        string         // OUTBOX_RELAY_NODE_ID: the lease owner; hostname-pid by default
+	BatchSize     int            // OUTBOX_RELAY_BATCH_SIZE: rows read per batch
+	SendTimeout   time.Duration  // OUTBOX_RELAY_SEND_TIMEOUT: how long a batch waits for Kafka
+	RetryInterval time.Duration  // OUTBOX_RELAY_RETRY_INTERVAL: next_retry_at after a retriable failure
+	MaxAge        time.Duration  // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
+	Interval      time.Duration  // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
+	LeaseTTL      time.Duration  // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
+	Retention     time.Duration  // OUTBOX_RETENTION: published rows older than this are purged
+	Cluster       cluster.Config // CLUSTER_*: this node in the cluster registry, under NodeID
 }
 
 // LoadConfig reads the Config through lookup (os.LookupEnv in main). The
@@ -40,10 +42,18 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		Interval:      l.Duration("OUTBOX_RELAY_INTERVAL", time.Second),
 		LeaseTTL:      l.Duration("OUTBOX_RELAY_LEASE_TTL", 10*time.Second),
 		Retention:     l.Duration("OUTBOX_RETENTION", 7*24*time.Hour),
+		Cluster: cluster.Config{
+			HeartbeatInterval: l.Duration("CLUSTER_HEARTBEAT_INTERVAL", cluster.DefaultHeartbeatInterval),
+			SuspectAfter:      l.Duration("CLUSTER_SUSPECT_AFTER", cluster.DefaultSuspectAfter),
+			DownAfter:         l.Duration("CLUSTER_DOWN_AFTER", cluster.DefaultDownAfter),
+			Retention:         l.Duration("CLUSTER_RETENTION", cluster.DefaultRetention),
+		},
 	}
 	if len(c.NodeID) > 200 {
 		l.Fail("OUTBOX_RELAY_NODE_ID", "must be at most 200 characters, got %d", len(c.NodeID))
 	}
+	c.Cluster.NodeID = c.NodeID // the lease owner and the registry's node are one name
+	c.Cluster.Check(l.Fail)
 	if err := l.Err(); err != nil {
 		return Config{}, fmt.Errorf("outbox-relay configuration: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 )
 
@@ -40,6 +41,7 @@ func TestLoadConfig(t *testing.T) {
 			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: ":8081", NodeID: "n1",
 			BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
 			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
+			Cluster: cluster.Defaults("n1"),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("config (-want +got):\n%s", diff)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -56,6 +57,7 @@ func testConfig(env *relaytest.Env, node string) Config {
 		Interval:      100 * time.Millisecond,
 		LeaseTTL:      time.Second,
 		Retention:     7 * 24 * time.Hour,
+		Cluster:       cluster.Defaults(node),
 	}
 }
 

@@ -181,7 +181,7 @@ func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *i
 	msgs := make([]publisher.Message, len(rows))
 	for i, row := range rows {
 		msgs[i] = publisher.Message{
-			Sequence: row.ID, EventID: row.EventID, Type: row.EventType, Source: row.Source,
+			Sequence: row.Sequence, EventID: row.EventID, Type: row.EventType, Source: row.Source,
 			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
 		}
 	}

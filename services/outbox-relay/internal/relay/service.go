@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
@@ -39,6 +40,7 @@ type Service struct {
 	elector  *lease.Elector
 	relay    *Relay
 	registry *prometheus.Registry
+	member   *cluster.Member
 
 	kick chan struct{} // a commit was notified; capacity 1 coalesces bursts
 	wake atomic.Bool   // a commit arrived that no pass has started after yet
@@ -60,8 +62,12 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	if err != nil {
 		return nil, err
 	}
+	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}}, logger, reg)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{
-		cfg: cfg, logger: logger, store: st, pub: pub, elector: elector, relay: r, registry: reg,
+		cfg: cfg, logger: logger, store: st, pub: pub, elector: elector, relay: r, registry: reg, member: member,
 		kick: make(chan struct{}, 1),
 	}, nil
 }
@@ -73,7 +79,7 @@ func (s *Service) Handler() http.Handler {
 		"postgres": s.store.Ping,
 		"kafka":    s.pub.Ping,
 	})
-	return mux
+	return withRole(mux, s.elector)
 }
 
 // Run runs the node until ctx ends, then stops the jobs, lets a running pass
@@ -104,6 +110,10 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		return fmt.Errorf("schedule outbox retention: %w", err)
 	}
 
+	s.member.Start(context.WithoutCancel(ctx))
+	if release {
+		defer s.member.Leave()
+	}
 	var wg sync.WaitGroup
 	// The first lease attempt happens before the scheduler starts, so a
 	// node that can lead does so from its first tick.

@@ -81,7 +81,10 @@ func (s *Store) Cursor(ctx context.Context) (int64, error) {
 
 // Row is an outbox row as the relay reads it.
 type Row struct {
-	ID            int64
+	ID int64
+	// Sequence is the event's CloudEvents sequence: the outbox id it was
+	// first written with, which differs from ID only for a re-driven event.
+	Sequence      int64
 	EventID       string
 	EventType     string
 	Source        string
@@ -109,7 +112,7 @@ type Batch struct {
 // package relay, gaps.go.
 const readBatch = `
 SELECT s.snap::text, s.now,
-       o.id, o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
+       o.id, COALESCE(o.sequence, o.id), o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
        (o.next_retry_at IS NULL OR o.next_retry_at <= s.now)
 FROM (SELECT pg_current_snapshot() AS snap, clock_timestamp() AS now) s
 LEFT JOIN LATERAL (
@@ -131,20 +134,20 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 	)
 	for rows.Next() {
 		var (
-			id                                *int64
+			id, seq                           *int64
 			eventID, typ, src, aggType, aggID *string
 			payload                           *string
 			createdAt                         *time.Time
 			ready                             *bool
 		)
-		if err := rows.Scan(&snap, &b.Now, &id, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
+		if err := rows.Scan(&snap, &b.Now, &id, &seq, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
 			return Batch{}, fmt.Errorf("scan outbox row: %w", err)
 		}
 		if id == nil { // the empty LEFT JOIN: no rows, only the snapshot
 			continue
 		}
 		b.Rows = append(b.Rows, Row{
-			ID: *id, EventID: *eventID, EventType: *typ, Source: *src,
+			ID: *id, Sequence: *seq, EventID: *eventID, EventType: *typ, Source: *src,
 			AggregateType: *aggType, AggregateID: *aggID, Payload: []byte(*payload),
 			CreatedAt: *createdAt, Ready: *ready,
 		})

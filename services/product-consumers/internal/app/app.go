@@ -18,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
@@ -56,7 +58,18 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if err != nil {
 		return err
 	}
-	var consumers []*pcon.Consumer
+	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "product-consumers", Roles: cfg.Consumers}, logger, reg)
+	if err != nil {
+		return err
+	}
+	// Heartbeats go on while the consumers drain; Leave (deferred, so after
+	// they stopped and released their partitions) ends them.
+	member.Start(context.WithoutCancel(ctx))
+	defer member.Leave()
+	var (
+		consumers []*pcon.Consumer
+		topics    []string
+	)
 	for _, name := range cfg.Consumers {
 		spec, err := h.Spec(name)
 		if err != nil {
@@ -77,6 +90,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Backoff:        cfg.RetryBackoff,
 			DLTSuffix:      events.DLTSuffix,
 			Logger:         logger.With("consumer", name, "group", spec.Group),
+			OnAssigned:     member.OnAssigned,
+			OnRevoked:      member.OnRevoked,
 		}, spec.Handler)
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)
@@ -85,7 +100,11 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
 			return fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
+		member.WatchStats(spec.Group, c.Stats)
 		consumers = append(consumers, c)
+		if !slices.Contains(topics, spec.Topic) {
+			topics = append(topics, spec.Topic)
+		}
 	}
 
 	sched, err := gocron.NewScheduler()
@@ -103,6 +122,25 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		}
 	}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx)); err != nil {
 		return fmt.Errorf("purge job: %w", err)
+	}
+	if cfg.Reclaim.Enabled {
+		r, err := newReclaimer(cfg, topics, logger, reg)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if _, err := sched.NewJob(gocron.DurationJob(cfg.Reclaim.Interval), gocron.NewTask(func(ctx context.Context) {
+			ran, err := st.ExclusivePass(ctx, func(ctx context.Context) { r.Pass(ctx, reclaim.Options{}) })
+			switch {
+			case err != nil:
+				logger.Error("reclaim pass not run", "error", err)
+			case !ran:
+				logger.Debug("reclaim pass skipped: another instance is reclaiming")
+			}
+		}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx),
+			gocron.WithStartAt(gocron.WithStartImmediately())); err != nil {
+			return fmt.Errorf("reclaim job: %w", err)
+		}
 	}
 	sched.Start()
 	defer sched.Shutdown() //nolint:errcheck // nothing left to do with a failed shutdown
@@ -138,6 +176,23 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		all = append(all, err)
 	}
 	return errors.Join(slices.DeleteFunc(all, func(e error) bool { return e == nil })...)
+}
+
+// newReclaimer builds the DLT reclaimer over the topics of the consumers this
+// process runs: each instance re-drives only records its own handlers will
+// take back.
+func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg prometheus.Registerer) (*reclaim.Reclaimer, error) {
+	sc := saramaConfig(cfg)
+	sc.ClientID = "product-consumers-reclaimer"
+	r, err := reclaim.New(reclaim.Config{
+		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
+		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
+		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reclaimer: %w", err)
+	}
+	return r, nil
 }
 
 func saramaConfig(cfg Config) *sarama.Config {

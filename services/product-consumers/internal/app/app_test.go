@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -48,6 +49,9 @@ func TestLoadConfig(t *testing.T) {
 		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
 		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
 		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
+		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
+		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
+		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 	}
 	hostname, _ := os.Hostname()
@@ -62,7 +66,9 @@ func TestLoadConfig(t *testing.T) {
 					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
-					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour}
+					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
+					Cluster: cluster.Defaults(cluster.DefaultNodeID()),
+					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
 				}

@@ -2,8 +2,10 @@ package app
 
 import (
 	"os"
+	"strconv"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 )
@@ -26,6 +28,17 @@ type Config struct {
 	PurgeInterval    time.Duration
 	SessionTimeout   time.Duration
 	RebalanceTimeout time.Duration
+	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
+	Reclaim          Reclaim
+}
+
+// Reclaim configures the DLT reclaimer that runs inside product-consumers.
+type Reclaim struct {
+	Enabled     bool
+	Interval    time.Duration // between passes
+	MinIdle     time.Duration // how long a record rests in the DLT first
+	Count       int           // records per partition per pass
+	MaxRedrives int           // re-drives per record before it stays parked
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -48,10 +61,26 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
 		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
 		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
+		Cluster: cluster.Config{
+			NodeID:            l.String("CLUSTER_NODE_ID", cluster.DefaultNodeID()),
+			HeartbeatInterval: l.Duration("CLUSTER_HEARTBEAT_INTERVAL", cluster.DefaultHeartbeatInterval),
+			SuspectAfter:      l.Duration("CLUSTER_SUSPECT_AFTER", cluster.DefaultSuspectAfter),
+			DownAfter:         l.Duration("CLUSTER_DOWN_AFTER", cluster.DefaultDownAfter),
+			Retention:         l.Duration("CLUSTER_RETENTION", cluster.DefaultRetention),
+		},
 	}
 	if c.HorizonMargin >= c.HandledRetention {
 		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
+	enabled := l.String("RECLAIM_ENABLED", "true")
+	var err error
+	if c.Reclaim.Enabled, err = strconv.ParseBool(enabled); err != nil {
+		l.Fail("RECLAIM_ENABLED", "must be true or false, got %q", enabled)
+	}
+	c.Reclaim.Interval = l.Duration("RECLAIM_INTERVAL", time.Minute)
+	c.Reclaim.MinIdle = l.Duration("RECLAIM_MIN_IDLE", 5*time.Minute)
+	c.Reclaim.Count = l.PositiveInt("RECLAIM_COUNT", 100)
+	c.Reclaim.MaxRedrives = l.PositiveInt("RECLAIM_MAX_REDRIVES", 3)
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
@@ -62,6 +91,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
+	c.Cluster.Check(l.Fail)
 	return c, l.Err()
 }
 

@@ -295,3 +295,33 @@ func sortedValues[K comparable, V any](m map[K]V, key func(V) int64) []V {
 	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
 	return out
 }
+
+// reclaimLockKey is the advisory lock key of the DLT reclaimer
+// ("reclaim" in ASCII), held for the length of one pass.
+const reclaimLockKey int64 = 0x7265636c61696d
+
+// ExclusivePass runs fn unless another process runs it already: fn runs while
+// this session holds the reclaimer's advisory lock, so of several replicas
+// only one reclaims at a time. ran reports whether fn ran.
+func (s *Store) ExclusivePass(ctx context.Context, fn func(context.Context)) (ran bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	defer conn.Release()
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, reclaimLockKey).Scan(&ran); err != nil {
+		return false, fmt.Errorf("%w: take the reclaim lock: %v", ErrUnavailable, err)
+	}
+	if !ran {
+		return false, nil
+	}
+	defer func() {
+		// A session that cannot unlock is closed instead: closing it
+		// releases the lock.
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, reclaimLockKey); uerr != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	fn(ctx)
+	return true, nil
+}

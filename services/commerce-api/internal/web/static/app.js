@@ -119,11 +119,13 @@ function showSummary(s) {
   $("s-failed").textContent = s.outboxFailed;
   $("s-streams").textContent = s.streams;
   const c = s.cluster;
-  $("s-nodes").textContent = c ? `${c.nodes.filter((n) => n.alive).length} / ${c.nodes.length}` : "no cluster view";
+  $("s-nodes").textContent = c ? nodesText(c.nodes) : "no cluster view";
   if (c) {
     $("s-groups").replaceChildren(...c.groups.map((g) => {
       const tr = document.createElement("tr");
-      for (const v of [g.name, g.lag, g.eventsPerSec.toFixed(1), g.deadLetters]) {
+      // Dead letters show only when the cluster source counts them.
+      const dlt = g.deadLetters == null ? "" : ` · ${g.deadLetters} dead letters`;
+      for (const v of [g.name, g.partitions, g.lag + dlt]) {
         const td = document.createElement("td");
         td.textContent = v;
         tr.append(td);
@@ -131,11 +133,19 @@ function showSummary(s) {
       return tr;
     }));
   }
-  const eps = c && c.groups.length ? c.groups.reduce((t, g) => t + g.eventsPerSec, 0) : s.eventsPerSec;
+  const eps = s.eventsPerSec;
   history.push({ eps, lag: s.lagMaxMs });
   if (history.length > HISTORY) history.shift();
   $("chart-now").textContent = `${eps.toFixed(1)} events/s · lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
   drawChart();
+}
+
+// nodesText counts alive nodes per service: "3 / 3 (api 1, relay 2)".
+function nodesText(nodes) {
+  const per = {};
+  for (const n of nodes) per[n.service] = (per[n.service] || 0) + (n.alive ? 1 : 0);
+  const parts = Object.entries(per).map(([svc, k]) => `${svc} ${k}`).join(", ");
+  return `${nodes.filter((n) => n.alive).length} / ${nodes.length}` + (parts ? ` (${parts})` : "");
 }
 
 function drawChart() {

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+func dltCommand() *command {
+	return &command{name: "dlt", summary: "dead-letter topics: list, redrive", sub: []*command{
+		{name: "list", summary: "per DLT partition: records, pending, oldest age, re-drive counts, errors", flags: dltList},
+		{name: "redrive", summary: "republish DLT records to their original partition", flags: dltRedrive},
+	}}
+}
+
+// topicsFlag resolves --topic (a topic such as like-events, or its domain,
+// like) against the event topics; empty means all.
+func topicsFlag(v string) ([]string, error) {
+	all := events.NewRegistry().Topics()
+	if v == "" {
+		return all, nil
+	}
+	for _, t := range all {
+		if v == t || v == reclaim.Domain(t) {
+			return []string{t}, nil
+		}
+	}
+	return nil, usagef("--topic: unknown topic %q; one of: %s", v, strings.Join(all, ", "))
+}
+
+func (e env) reclaimer(topics []string, minIdle time.Duration, count, maxRedrives int) (*reclaim.Reclaimer, error) {
+	brokers, err := e.setting(func(l *config.Loader) string { return strings.Join(l.List("KAFKA_BROKERS", nil), ",") })
+	if err != nil {
+		return nil, err
+	}
+	return reclaim.New(reclaim.Config{
+		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
+		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(),
+	})
+}
+
+func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
+	topic := fs.String("topic", "", "only this topic (or domain); default all")
+	maxRedrives := fs.Int("max-redrives", 3, "re-drives after which a record counts as parked for good")
+	return func(ctx context.Context, e env, out output, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		if *maxRedrives < 1 {
+			return usagef("--max-redrives must be positive, got %d", *maxRedrives)
+		}
+		topics, err := topicsFlag(*topic)
+		if err != nil {
+			return err
+		}
+		r, err := e.reclaimer(topics, 0, 1, *maxRedrives)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		list, err := r.List(ctx, topics)
+		if err != nil {
+			return err
+		}
+		return out.print(list, []string{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST PENDING", "REDRIVES", "AT MAX", "FOREIGN", "TOP ERROR"}, func(row func(...any)) {
+			for _, p := range list {
+				row(p.Topic, p.Partition, p.Records, p.Pending, age(p.OldestPending), redrives(p.Redrives), p.AtMax, p.Foreign, topError(p.Errors))
+			}
+		})
+	}
+}
+
+func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
+	topic := fs.String("topic", "", "the topic (or domain) whose DLT to re-drive (required)")
+	olderThan := fs.Duration("older-than", 0, "only records dead-lettered at least this long ago")
+	limit := fs.Int("limit", 100, "most records taken per partition")
+	maxRedrives := fs.Int("max-redrives", 3, "records re-driven this often already stay parked")
+	dryRun := fs.Bool("dry-run", false, "show what would be re-driven; republish and commit nothing")
+	return func(ctx context.Context, e env, out output, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		switch {
+		case *topic == "":
+			return usagef("--topic is required")
+		case *olderThan < 0:
+			return usagef("--older-than must not be negative, got %s", *olderThan)
+		case *limit < 1:
+			return usagef("--limit must be positive, got %d", *limit)
+		case *maxRedrives < 1:
+			return usagef("--max-redrives must be positive, got %d", *maxRedrives)
+		}
+		topics, err := topicsFlag(*topic)
+		if err != nil {
+			return err
+		}
+		r, err := e.reclaimer(topics, *olderThan, *limit, *maxRedrives)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun})
+		if *dryRun {
+			err = printDryRun(out, res)
+		} else {
+			err = printPass(out, res)
+		}
+		if err != nil {
+			return err
+		}
+		if perr := res.Err(); perr != nil {
+			if res.Totals()[reclaim.Redriven] > 0 {
+				return fmt.Errorf("%w: %v", errPartial, perr)
+			}
+			return perr
+		}
+		return nil
+	}
+}
+
+func printPass(out output, res reclaim.Result) error {
+	return out.print(res, []string{"TOPIC", "PART", "FROM", "COMMITTED", "REDRIVEN", "PARKED", "SKIPPED", "FAILED", "ERROR"}, func(row func(...any)) {
+		for _, d := range res.Domains {
+			if d.Err != nil {
+				row(d.Topic+events.DLTSuffix, "-", "-", "-", 0, 0, 0, 0, d.Err)
+			}
+			for _, p := range d.Partitions {
+				c := p.Counts
+				row(p.Topic, p.Partition, p.From, p.Committed, c[reclaim.Redriven], c[reclaim.Parked], c[reclaim.Skipped], c[reclaim.Failed], dash(p.ErrText))
+			}
+		}
+	})
+}
+
+func printDryRun(out output, res reclaim.Result) error {
+	return out.print(res, []string{"TOPIC", "PART", "OFFSET", "KEY", "WOULD BE", "REDRIVES", "DEAD FOR", "ERROR"}, func(row func(...any)) {
+		for _, d := range res.Domains {
+			for _, p := range d.Partitions {
+				for _, r := range p.Records {
+					row(p.Topic, p.Partition, r.Offset, r.Key, r.Outcome, r.Redrives, age(time.Since(r.DeadSince)), dash(r.Error))
+				}
+			}
+		}
+	})
+}
+
+// age prints a duration for people: rounded, "-" for none.
+func age(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Second).String()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// redrives prints {0: 2, 3: 1} as "0×2 3×1".
+func redrives(m map[int]int64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d×%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// topError prints the most frequent error and its count.
+func topError(m map[string]int64) string {
+	best, n := "", int64(0)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] > n {
+			best, n = k, m[k]
+		}
+	}
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d× %s", n, best)
+}

@@ -1,0 +1,311 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/stack"
+)
+
+// likeGroup is the group the cluster test runs three instances of.
+const likeGroup = "product-like-consumer"
+
+// clusterEnv gives every process short cluster timings: ALIVE while it
+// heartbeats, SUSPECT after 1 s without one, DOWN after 2.5 s.
+func clusterEnv(env map[string]string, node string) map[string]string {
+	out := map[string]string{
+		"CLUSTER_HEARTBEAT_INTERVAL": "200ms", "CLUSTER_SUSPECT_AFTER": "1s", "CLUSTER_DOWN_AFTER": "2500ms",
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	if node != "" {
+		out["CLUSTER_NODE_ID"] = node
+	}
+	return out
+}
+
+// TestClusterView runs commerce-api, two relays and three product-consumers
+// instances of one group and checks GET /api/v1/cluster against what the
+// processes and the broker say, through a frozen process (SIGSTOP/SIGCONT),
+// a killed consumer and its return, a killed relay leader, a graceful stop
+// and a restart under the same id.
+func TestClusterView(t *testing.T) {
+	s := newSystem(t)
+	// newSystem's commerce-api heartbeats every 2 s; this one is the view.
+	apiAddr := freeAddr(t)
+	start(t, "commerce-api-cluster", "commerce-api", clusterEnv(map[string]string{
+		"DATABASE_URL": s.dbURL, "HTTP_ADDR": apiAddr,
+	}, "api-1"))
+	s.api = "http://" + apiAddr
+	waitHTTP(t, s.api+"/readyz")
+
+	relays := map[string]*stack.Proc{}
+	admins := map[string]string{}
+	for _, id := range []string{"relay-1", "relay-2"} {
+		env := clusterEnv(s.relayEnv(id), "")
+		relays[id] = start(t, id, "outbox-relay", env)
+		admins[id] = "http://" + env["ADMIN_ADDR"]
+	}
+	consumers := map[string]*stack.Proc{}
+	startConsumer := func(id string) {
+		env := clusterEnv(s.consumerEnv, id)
+		env["ADMIN_ADDR"], env["CONSUMERS"], env["CONSUMER_INSTANCE_ID"] = freeAddr(t), "like", id
+		consumers[id] = start(t, id+fmt.Sprint(time.Now().UnixNano()), "product-consumers", env)
+	}
+	for _, id := range []string{"c-1", "c-2", "c-3"} {
+		startConsumer(id)
+	}
+
+	admin, err := sarama.NewClusterAdmin(strings.Split(s.brokers, ","), adminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+
+	// The partition table names, for every partition, the member the broker
+	// assigned it to.
+	assignmentsMatch := func(v cluster.View) string {
+		return cmp.Diff(brokerAssignment(t, admin), viewAssignment(v))
+	}
+	s.waitView("three consumers own the group's partitions as the broker assigned them", func(v cluster.View) string {
+		if d := cmp.Diff(map[string]string{"api-1": "ALIVE", "relay-1": "ALIVE", "relay-2": "ALIVE", "c-1": "ALIVE", "c-2": "ALIVE", "c-3": "ALIVE"}, statusesOf(v, "api-1", "relay-", "c-")); d != "" {
+			return d
+		}
+		if owners := ownersOf(v); len(owners) != 3 {
+			return fmt.Sprintf("want three distinct owners, got %v", owners)
+		}
+		return assignmentsMatch(v)
+	})
+
+	// A frozen process turns SUSPECT, then DOWN, and ALIVE again once thawed.
+	standby := "relay-2"
+	if !readyRole(t, admins["relay-1"], "leader") {
+		standby = "relay-1"
+	}
+	if err := relays[standby].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	s.waitView(standby+" SUSPECT", nodeIs(standby, cluster.StatusSuspect))
+	s.waitView(standby+" DOWN", nodeIs(standby, cluster.StatusDown))
+	if err := relays[standby].Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	s.waitView(standby+" ALIVE again", nodeIs(standby, cluster.StatusAlive))
+
+	// A killed consumer's partitions move to the others once its session
+	// ends; back under its id, it gets partitions again.
+	consumers["c-3"].Kill()
+	s.waitView("c-3 DOWN and its partitions moved", func(v cluster.View) string {
+		if d := nodeIs("c-3", cluster.StatusDown)(v); d != "" {
+			return d
+		}
+		if owners := ownersOf(v); owners["c-3"] {
+			return "c-3 still owns partitions"
+		}
+		return assignmentsMatch(v)
+	})
+	startConsumer("c-3")
+	s.waitView("c-3 back with partitions", func(v cluster.View) string {
+		if owners := ownersOf(v); len(owners) != 3 {
+			return fmt.Sprintf("want three distinct owners, got %v", owners)
+		}
+		return assignmentsMatch(v)
+	})
+
+	// Killing the leading relay: the other takes over with a higher token,
+	// and the history says so.
+	before := s.view()
+	if before.Leader == nil {
+		t.Fatal("no relay leads")
+	}
+	old := *before.Leader
+	relays[old.NodeID].Kill()
+	s.waitView("a new relay leader in the view and its history", func(v cluster.View) string {
+		if v.Leader == nil || v.Leader.NodeID == old.NodeID || v.Leader.Token <= old.Token {
+			return fmt.Sprintf("leader %+v, want another than %s with a token above %d", v.Leader, old.NodeID, old.Token)
+		}
+		var got []string
+		for _, h := range v.LeaderHistory[:min(2, len(v.LeaderHistory))] {
+			got = append(got, fmt.Sprintf("%s %s %d", h.NodeID, h.Reason, h.Token))
+		}
+		return cmp.Diff([]string{
+			fmt.Sprintf("%s acquired %d", v.Leader.NodeID, v.Leader.Token),
+			fmt.Sprintf("%s expired %d", old.NodeID, old.Token),
+		}, got)
+	})
+	newLeader := s.view().Leader.NodeID
+	if !readyRole(t, admins[newLeader], "leader") {
+		t.Errorf("%s leads but its /readyz does not say so", newLeader)
+	}
+
+	// A graceful stop leaves (LEFT); a restart under the same id is the
+	// same one row, ALIVE.
+	consumers["c-1"].Stop(20 * time.Second)
+	s.waitView("c-1 LEFT", nodeIs("c-1", cluster.StatusLeft))
+	startConsumer("c-1")
+	s.waitView("c-1 back, one row", func(v cluster.View) string {
+		rows := 0
+		for _, n := range v.Nodes {
+			if n.ID == "c-1" {
+				rows++
+			}
+		}
+		if rows != 1 {
+			return fmt.Sprintf("%d rows for c-1", rows)
+		}
+		return nodeIs("c-1", cluster.StatusAlive)(v)
+	})
+}
+
+func adminConfig() *sarama.Config {
+	c := sarama.NewConfig()
+	c.Version = sarama.V3_6_0_0
+	return c
+}
+
+// view reads GET /api/v1/cluster.
+func (s *system) view() cluster.View {
+	s.t.Helper()
+	var v cluster.View
+	if code := s.call("GET", "/cluster", "", nil, &v); code != http.StatusOK {
+		s.t.Fatalf("GET /api/v1/cluster: %d", code)
+	}
+	return v
+}
+
+// waitView polls the view until check returns "" (or fails the test with
+// its last answer after 45 s). Every view read must name one owner per
+// partition.
+func (s *system) waitView(what string, check func(cluster.View) string) {
+	s.t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		v := s.view()
+		seen := map[string]bool{}
+		for _, g := range v.Groups {
+			for _, p := range g.Partitions {
+				k := fmt.Sprintf("%s/%s/%d", g.Group, p.Topic, p.Partition)
+				if seen[k] {
+					s.t.Fatalf("%s listed twice", k)
+				}
+				seen[k] = true
+			}
+		}
+		msg := check(v)
+		if msg == "" {
+			s.t.Logf("%s: ok", what)
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: %s", what, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func nodeIs(id, status string) func(cluster.View) string {
+	return func(v cluster.View) string {
+		for _, n := range v.Nodes {
+			if n.ID == id {
+				if n.Status == status {
+					return ""
+				}
+				return fmt.Sprintf("%s is %s, want %s", id, n.Status, status)
+			}
+		}
+		return id + " is not registered"
+	}
+}
+
+// statusesOf lists the nodes whose id starts with one of prefixes.
+func statusesOf(v cluster.View, prefixes ...string) map[string]string {
+	out := map[string]string{}
+	for _, n := range v.Nodes {
+		for _, p := range prefixes {
+			if strings.HasPrefix(n.ID, p) {
+				out[n.ID] = n.Status
+			}
+		}
+	}
+	return out
+}
+
+// viewAssignment is partition → owner for likeGroup's unreleased rows.
+func viewAssignment(v cluster.View) map[string]string {
+	out := map[string]string{}
+	for _, g := range v.Groups {
+		if g.Group != likeGroup {
+			continue
+		}
+		for _, p := range g.Partitions {
+			if p.ReleasedAt == nil {
+				out[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = p.Owner
+			}
+		}
+	}
+	return out
+}
+
+func ownersOf(v cluster.View) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range viewAssignment(v) {
+		out[o] = true
+	}
+	return out
+}
+
+// brokerAssignment asks the broker who owns likeGroup's partitions: the
+// members' static instance ids are the node ids.
+func brokerAssignment(t *testing.T, admin sarama.ClusterAdmin) map[string]string {
+	t.Helper()
+	groups, err := admin.DescribeConsumerGroups([]string{likeGroup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, g := range groups {
+		if g.State != "Stable" {
+			out["state"] = g.State // a rebalance is under way: not comparable yet
+		}
+		for _, m := range g.Members {
+			a, err := m.GetMemberAssignment()
+			if err != nil || a == nil {
+				continue
+			}
+			id := "?"
+			if m.GroupInstanceId != nil {
+				id = *m.GroupInstanceId
+			}
+			for topic, parts := range a.Topics {
+				sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+				for _, p := range parts {
+					out[fmt.Sprintf("%s/%d", topic, p)] = id
+				}
+			}
+		}
+	}
+	return out
+}
+
+// readyRole reports whether the relay's /readyz names role.
+func readyRole(t *testing.T, admin, role string) bool {
+	t.Helper()
+	resp, err := http.Get(admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), `"role":"`+role+`"`)
+}

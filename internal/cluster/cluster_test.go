@@ -1,0 +1,224 @@
+package cluster
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+)
+
+var quiet = slog.New(slog.NewJSONHandler(io.Discard, nil))
+
+// fast heartbeats so status changes take a fraction of a second.
+func fastConfig(id string) Config {
+	return Config{NodeID: id, HeartbeatInterval: 40 * time.Millisecond, SuspectAfter: 200 * time.Millisecond, DownAfter: 600 * time.Millisecond, Retention: time.Hour}
+}
+
+func join(t *testing.T, url string, cfg Config, service string) *Member {
+	t.Helper()
+	m, err := Join(url, cfg, Info{Service: service, Roles: []string{"test"}}, quiet, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func openStore(t *testing.T, url string) *Store {
+	t.Helper()
+	st, err := Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// statuses maps node id → status in the current view.
+func statuses(t *testing.T, st *Store) map[string]string {
+	t.Helper()
+	v, err := st.View(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range v.Nodes {
+		out[n.ID] = n.Status
+	}
+	return out
+}
+
+func waitStatus(t *testing.T, st *Store, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := statuses(t, st)
+		diff := cmp.Diff(want, got)
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node statuses (-want +got):\n%s", diff)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMembershipLifecycle: a node is ALIVE while it heartbeats, SUSPECT and
+// then DOWN once it stops (a frozen process), ALIVE again under the same id
+// in the same row after a restart, and LEFT after a graceful leave.
+func TestMembershipLifecycle(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+
+	a := join(t, url, fastConfig("node-a"), "svc")
+	a.Start(context.Background())
+	waitStatus(t, st, map[string]string{"node-a": StatusAlive})
+
+	a.stop() // heartbeats stop as if the process were frozen
+	<-a.stopped
+	waitStatus(t, st, map[string]string{"node-a": StatusSuspect})
+	waitStatus(t, st, map[string]string{"node-a": StatusDown})
+
+	again := join(t, url, fastConfig("node-a"), "svc")
+	again.Start(context.Background())
+	waitStatus(t, st, map[string]string{"node-a": StatusAlive})
+	again.Leave()
+	waitStatus(t, st, map[string]string{"node-a": StatusLeft})
+	a.store.Close()
+}
+
+// TestHeartbeatSurvivesDatabaseOutage: with a database that refuses
+// connections the member keeps running and backs off; it neither stops
+// nor panics, and Leave returns.
+func TestHeartbeatSurvivesDatabaseOutage(t *testing.T) {
+	m := join(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", fastConfig("lonely"), "svc")
+	reg := prometheus.NewRegistry()
+	mm, err := newMemberMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.metrics = mm
+	m.Start(context.Background())
+	deadline := time.Now().Add(5 * time.Second)
+	for testutilCount(t, reg, "cluster_heartbeat_failures_total") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed heartbeat was retried")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m.Leave()
+}
+
+func testutilCount(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestBackoff: the delay doubles per failure up to the limit, with jitter in
+// [d/2, d].
+func TestBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fails    int
+		min, max time.Duration
+	}{
+		{"first failure", 1, time.Second, 2 * time.Second},
+		{"third failure", 3, 4 * time.Second, 8 * time.Second},
+		{"capped", 20, 5 * time.Second, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 100 {
+				d := backoff(time.Second, 10*time.Second, tc.fails)
+				if d < tc.min || d > tc.max {
+					t.Fatalf("backoff = %s, want in [%s, %s]", d, tc.min, tc.max)
+				}
+			}
+		})
+	}
+}
+
+// TestRevokedOwnerLateWriteRejected: node A owned a partition, node B was
+// assigned it since; A's late release and lag report change nothing, its
+// handoff is recorded as not applied, and B's own release applies.
+func TestRevokedOwnerLateWriteRejected(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
+	t.Cleanup(func() { a.store.Close(); b.store.Close() })
+	stats := func() pcon.Stats {
+		return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3}}}
+	}
+	a.WatchStats("g", stats)
+	b.WatchStats("g", stats)
+	ctx := context.Background()
+
+	a.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 0}})
+	b.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 5}})
+	if err := a.publishLag(ctx); err != nil { // A still believes it owns p0
+		t.Fatal(err)
+	}
+	a.OnRevoked("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 9, Completed: 9}})
+
+	p := onlyPartition(t, st)
+	if diff := cmp.Diff(partitionSummary{Owner: "b", Version: 2, Moves: 1, Released: false, Lag: nil, HandoffBy: "a", HandoffApplied: false}, summarize(p)); diff != "" {
+		t.Fatalf("after A's late writes (-want +got):\n%s", diff)
+	}
+
+	if err := b.publishLag(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seven := int64(7)
+	b.OnRevoked("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 12, Completed: 7}})
+	p = onlyPartition(t, st)
+	if diff := cmp.Diff(partitionSummary{Owner: "b", Version: 2, Moves: 1, Released: true, Lag: &seven, HandoffBy: "b", HandoffApplied: true}, summarize(p)); diff != "" {
+		t.Fatalf("after B's release (-want +got):\n%s", diff)
+	}
+	if p.LastHandoff.Committed != 12 || p.LastHandoff.Completed != 7 {
+		t.Errorf("handoff = %+v, want committed 12, completed 7", p.LastHandoff)
+	}
+}
+
+type partitionSummary struct {
+	Owner          string
+	Version, Moves int64
+	Released       bool
+	Lag            *int64
+	HandoffBy      string
+	HandoffApplied bool
+}
+
+func summarize(p Partition) partitionSummary {
+	s := partitionSummary{Owner: p.Owner, Version: p.Version, Moves: p.Moves, Released: p.ReleasedAt != nil, Lag: p.TrueLag}
+	if p.LastHandoff != nil {
+		s.HandoffBy, s.HandoffApplied = p.LastHandoff.NodeID, p.LastHandoff.Applied
+	}
+	return s
+}
+
+func onlyPartition(t *testing.T, st *Store) Partition {
+	t.Helper()
+	v, err := st.View(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Groups) != 1 || len(v.Groups[0].Partitions) != 1 {
+		t.Fatalf("want one group with one partition, got %+v", v.Groups)
+	}
+	return v.Groups[0].Partitions[0]
+}

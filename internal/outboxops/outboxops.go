@@ -1,0 +1,251 @@
+// Package outboxops is the operators' door to the outbox tables: the failed
+// events (outbox_failed), their re-drive back into the outbox, and the
+// relay's state (cursor, backlog, leader). It is pipelinectl's store layer
+// and the only package of it importing pgx.
+package outboxops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned when a requested outbox_failed row does not exist.
+var ErrNotFound = errors.New("no such outbox_failed row")
+
+// ErrStillQueued is returned when a failed event's original outbox row is
+// still after the relay's cursor, so re-driving it would queue it twice.
+var ErrStillQueued = errors.New("the event's original outbox row is still queued")
+
+// Store reads and writes the outbox tables.
+type Store struct{ pool *pgxpool.Pool }
+
+// Open connects to databaseURL and checks that it answers.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Failed is one outbox_failed row.
+type Failed struct {
+	ID            int64     `json:"id"`
+	OutboxID      int64     `json:"outboxId"`
+	Sequence      int64     `json:"sequence"`
+	EventID       string    `json:"eventId"`
+	EventType     string    `json:"eventType"`
+	AggregateType string    `json:"aggregateType"`
+	AggregateID   string    `json:"aggregateId"`
+	Error         string    `json:"error"`
+	FailedAt      time.Time `json:"failedAt"`
+}
+
+const failedColumns = `id, outbox_id, COALESCE(sequence, outbox_id), event_id::text, event_type, aggregate_type, aggregate_id, error_message, failed_at`
+
+func scanFailed(rows pgx.Rows) ([]Failed, error) {
+	defer rows.Close()
+	var out []Failed
+	for rows.Next() {
+		var f Failed
+		if err := rows.Scan(&f.ID, &f.OutboxID, &f.Sequence, &f.EventID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Error, &f.FailedAt); err != nil {
+			return nil, fmt.Errorf("read outbox_failed: %w", err)
+		}
+		out = append(out, f)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read outbox_failed: %w", err)
+	}
+	return out, nil
+}
+
+// ListFailed returns up to limit outbox_failed rows, oldest first.
+func (s *Store) ListFailed(ctx context.Context, limit int) ([]Failed, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed ORDER BY id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read outbox_failed: %w", err)
+	}
+	return scanFailed(rows)
+}
+
+// Selection names the outbox_failed rows to re-drive: IDs, or every row.
+type Selection struct {
+	IDs []int64
+	All bool
+}
+
+// Redriven is one failed event moved back into the outbox.
+type Redriven struct {
+	Failed
+	NewOutboxID int64 `json:"newOutboxId"` // 0 in a dry run
+}
+
+// Redrive moves the selected outbox_failed rows back into the outbox, in one
+// transaction, keeping each event's id and sequence, and records each move in
+// outbox_redrive with `by` and the time. With dryRun it only reports what it
+// would move. A requested id that does not exist fails the whole call
+// (ErrNotFound) and nothing moves.
+//
+// outbox.event_id is UNIQUE and the event's original row stays in the outbox
+// after it failed, until retention purges it. That row is behind the relay's
+// cursor (the relay records a failure in the same statement that moves the
+// cursor past it) and will never be read again, so the re-drive deletes it in
+// the same transaction before inserting the event again: the constraint keeps
+// guarding against a second live copy, and outbox_failed / outbox_redrive keep
+// the history. The new row takes a new id from the outbox sequence, since the
+// relay reads only above its cursor, and carries the original sequence, which
+// the relay publishes as the CloudEvents sequence. Its created_at is now: the
+// relay's max-age clock starts again for the new attempt.
+func (s *Store) Redrive(ctx context.Context, sel Selection, by string, dryRun bool) ([]Redriven, error) {
+	if by == "" {
+		return nil, errors.New("re-drive: who asks for it must be named")
+	}
+	if !sel.All && len(sel.IDs) == 0 {
+		return nil, errors.New("re-drive: no rows selected")
+	}
+	var out []Redriven
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// FOR UPDATE: two operators re-driving the same row serialise, and
+		// the second finds it gone.
+		rows, err := tx.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed
+			WHERE $1 OR id = ANY($2) ORDER BY id FOR UPDATE`, sel.All, sel.IDs)
+		if err != nil {
+			return fmt.Errorf("read outbox_failed: %w", err)
+		}
+		failed, err := scanFailed(rows)
+		if err != nil {
+			return err
+		}
+		if err := missing(sel, failed); err != nil {
+			return err
+		}
+		out = make([]Redriven, len(failed))
+		for i, f := range failed {
+			out[i].Failed = f
+			if dryRun {
+				continue
+			}
+			if out[i].NewOutboxID, err = redriveOne(ctx, tx, f, by); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func missing(sel Selection, found []Failed) error {
+	if sel.All {
+		return nil
+	}
+	have := map[int64]bool{}
+	for _, f := range found {
+		have[f.ID] = true
+	}
+	var absent []int64
+	for _, id := range sel.IDs {
+		if !have[id] {
+			absent = append(absent, id)
+		}
+	}
+	if len(absent) > 0 {
+		return fmt.Errorf("re-drive %v: %w", absent, ErrNotFound)
+	}
+	return nil
+}
+
+func redriveOne(ctx context.Context, tx pgx.Tx, f Failed, by string) (int64, error) {
+	var queued bool
+	err := tx.QueryRow(ctx, `
+		WITH gone AS (
+			DELETE FROM outbox WHERE event_id = $1::uuid
+			  AND id <= (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
+		)
+		SELECT EXISTS (SELECT 1 FROM outbox WHERE event_id = $1::uuid
+			AND id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1))`, f.EventID).Scan(&queued)
+	if err != nil {
+		return 0, fmt.Errorf("re-drive outbox_failed %d: remove the original row: %w", f.ID, err)
+	}
+	if queued {
+		return 0, fmt.Errorf("re-drive outbox_failed %d (event %s): %w", f.ID, f.EventID, ErrStillQueued)
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `
+		WITH f AS (DELETE FROM outbox_failed WHERE id = $1 RETURNING *),
+		n AS (
+			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, sequence)
+			SELECT event_id, event_type, source, aggregate_type, aggregate_id, payload, COALESCE(sequence, outbox_id) FROM f
+			RETURNING id, event_id, sequence
+		), a AS (
+			INSERT INTO outbox_redrive (failed_id, failed_outbox_id, new_outbox_id, event_id, sequence, event_type, error_message, failed_at, redriven_by)
+			SELECT f.id, f.outbox_id, n.id, f.event_id, n.sequence, f.event_type, f.error_message, f.failed_at, $2 FROM f JOIN n USING (event_id)
+		)
+		SELECT id FROM n`, f.ID, by).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("re-drive outbox_failed %d: %w", f.ID, err)
+	}
+	return id, nil
+}
+
+// Status is the relay's state as the database holds it.
+type Status struct {
+	Cursor          int64         `json:"cursor"`
+	CursorUpdatedAt time.Time     `json:"cursorUpdatedAt"`
+	Backlog         int64         `json:"backlog"`
+	OldestAge       time.Duration `json:"oldestUnpublishedAgeNs"`
+	Failed          int64         `json:"failed"`
+	// Leader is the lease holder; nil when no relay ever held the lease.
+	Leader *Lease `json:"leader"`
+}
+
+// Lease is the relay's leader lease.
+type Lease struct {
+	Owner      string    `json:"owner"`
+	Token      int64     `json:"token"`
+	Until      time.Time `json:"until"`
+	AcquiredAt time.Time `json:"acquiredAt"`
+	Live       bool      `json:"live"` // the lease has not expired
+}
+
+// Status reads the cursor, the backlog after it and the age of its oldest
+// row, the number of failed events, and the lease named lease.
+func (s *Store) Status(ctx context.Context, lease string) (Status, error) {
+	var st Status
+	var secs float64
+	err := s.pool.QueryRow(ctx, `
+		SELECT c.last_processed_id, c.updated_at,
+		       (SELECT count(*) FROM outbox WHERE id > c.last_processed_id),
+		       COALESCE((SELECT EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)) FROM outbox WHERE id > c.last_processed_id), 0)::float8,
+		       (SELECT count(*) FROM outbox_failed)
+		FROM outbox_cursor c WHERE c.id = 1`).Scan(&st.Cursor, &st.CursorUpdatedAt, &st.Backlog, &secs, &st.Failed)
+	if err != nil {
+		return Status{}, fmt.Errorf("read relay status: %w", err)
+	}
+	st.OldestAge = time.Duration(secs * float64(time.Second))
+	var l Lease
+	err = s.pool.QueryRow(ctx, `SELECT owner, token, lease_until, acquired_at, lease_until > clock_timestamp()
+		FROM relay_lease WHERE name = $1`, lease).Scan(&l.Owner, &l.Token, &l.Until, &l.AcquiredAt, &l.Live)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return Status{}, fmt.Errorf("read lease %s: %w", lease, err)
+	default:
+		st.Leader = &l
+	}
+	return st, nil
+}

@@ -1,0 +1,338 @@
+package reclaim_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+)
+
+var domains = []string{"like-events", "order-events"}
+
+type env struct {
+	t       *testing.T
+	brokers []string
+	prod    sarama.SyncProducer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	var topics []string
+	for _, d := range domains {
+		topics = append(topics, d, d+".DLT")
+	}
+	k := testenv.Kafka(t, topics...)
+	sc := sarama.NewConfig()
+	sc.Producer.Return.Successes = true
+	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(k.ListenAddrs(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &env{t: t, brokers: k.ListenAddrs(), prod: p}
+}
+
+// dead is a DLT record as pcon writes it.
+type dead struct {
+	topic     string // the original topic
+	partition int32
+	key       string
+	age       time.Duration // since it was dead-lettered
+	redrives  int
+	foreign   bool // no pcon headers at all
+}
+
+func (e *env) deadLetter(ds ...dead) {
+	e.t.Helper()
+	for _, d := range ds {
+		m := &sarama.ProducerMessage{Topic: d.topic + ".DLT", Partition: d.partition, Key: sarama.StringEncoder(d.key),
+			Value: sarama.StringEncoder("value-" + d.key)}
+		h := map[string]string{"ce_id": "id-" + d.key}
+		if !d.foreign {
+			h[pcon.HeaderOriginalTopic] = d.topic
+			h[pcon.HeaderOriginalPartition] = strconv.Itoa(int(d.partition))
+			h[pcon.HeaderOriginalOffset] = "7"
+			h[pcon.HeaderError] = "database unavailable"
+			h[pcon.HeaderDeadLetteredAt] = time.Now().Add(-d.age).UTC().Format(time.RFC3339Nano)
+		}
+		if d.redrives > 0 {
+			h[reclaim.HeaderRedriveCount] = strconv.Itoa(d.redrives)
+		}
+		for k, v := range h {
+			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
+		}
+		if _, _, err := e.prod.SendMessage(m); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) reclaimer(reg prometheus.Registerer, change func(*reclaim.Config)) *reclaim.Reclaimer {
+	e.t.Helper()
+	cfg := reclaim.Config{
+		Brokers: e.brokers, Topics: domains, DLTSuffix: ".DLT", Group: "reclaimer",
+		MinIdle: time.Minute, Count: 100, MaxRedrives: 3, ReadTimeout: 5 * time.Second,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registerer: reg,
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	r, err := reclaim.New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(r.Close)
+	return r
+}
+
+// got is a republished record as the test compares it.
+type got struct {
+	Partition int32
+	Key       string
+	Headers   map[string]string
+}
+
+func (e *env) republished(topic string, n int) []got {
+	e.t.Helper()
+	var out []got
+	for _, m := range testenv.ReadTopic(e.t, e.brokers, topic, n, 10*time.Second) {
+		out = append(out, got{m.Partition, string(m.Key), testenv.Headers(m)})
+	}
+	return out
+}
+
+func counts(r reclaim.Result) map[reclaim.Outcome]int {
+	t := r.Totals()
+	for k, v := range t {
+		if v == 0 {
+			delete(t, k)
+		}
+	}
+	return t
+}
+
+func TestPassOutcomes(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter(
+		dead{topic: "like-events", partition: 1, key: "old", age: time.Hour},
+		dead{topic: "like-events", partition: 1, key: "foreign", age: time.Hour, foreign: true},
+		dead{topic: "like-events", partition: 1, key: "tired", age: time.Hour, redrives: 3},
+		dead{topic: "like-events", partition: 1, key: "again", age: time.Hour, redrives: 1},
+		dead{topic: "like-events", partition: 1, key: "young", age: 0},
+		dead{topic: "like-events", partition: 1, key: "after-young", age: time.Hour},
+	)
+	reg := prometheus.NewRegistry()
+	r := e.reclaimer(reg, nil)
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[reclaim.Outcome]int{reclaim.Redriven: 2, reclaim.Parked: 1, reclaim.Skipped: 1}, counts(res)); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	want := []got{
+		{1, "old", map[string]string{"ce_id": "id-old", reclaim.HeaderRedriveCount: "1"}},
+		{1, "again", map[string]string{"ce_id": "id-again", reclaim.HeaderRedriveCount: "2"}},
+	}
+	if diff := cmp.Diff(want, e.republished("like-events", 2)); diff != "" {
+		t.Errorf("republished (-want +got):\n%s", diff)
+	}
+	// The pass stopped before the young record: it and what follows it wait.
+	var p1 reclaim.PartitionResult
+	for _, p := range res.Domains[0].Partitions {
+		if p.Partition == 1 {
+			p1 = p
+		}
+	}
+	if p1.Committed != 4 || p1.End != 6 {
+		t.Errorf("partition 1 committed %d of %d, want 4 of 6", p1.Committed, p1.End)
+	}
+	for _, tc := range []struct {
+		outcome string
+		want    float64
+	}{{"redriven", 2}, {"parked", 1}, {"skipped", 1}, {"failed", 0}} {
+		if v := testutil.ToFloat64(mustCounter(t, reg, tc.outcome)); v != tc.want {
+			t.Errorf("reclaim_messages_total{domain=like,shard=1,outcome=%s} = %v, want %v", tc.outcome, v, tc.want)
+		}
+	}
+
+	// A second pass finds nothing new to do.
+	if got := counts(r.Pass(context.Background(), reclaim.Options{})); len(got) != 0 {
+		t.Errorf("second pass took %v, want nothing", got)
+	}
+	// With no minimum idle time the young records go too.
+	third := r.Pass(context.Background(), reclaim.Options{MinIdle: time.Nanosecond})
+	if err := third.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := counts(third); !cmp.Equal(got, map[reclaim.Outcome]int{reclaim.Redriven: 2}) {
+		t.Errorf("third pass took %v, want 2 re-driven", got)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, outcome string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "reclaim_messages_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["domain"] == "like" && l["shard"] == "1" && l["outcome"] == outcome {
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+				c.Add(m.GetCounter().GetValue())
+				return c
+			}
+		}
+	}
+	t.Fatalf("no reclaim_messages_total series for outcome %s", outcome)
+	return nil
+}
+
+func TestCountLimitPerPartitionAndPass(t *testing.T) {
+	e := newEnv(t)
+	for i := range 5 {
+		e.deadLetter(dead{topic: "order-events", partition: 0, key: strconv.Itoa(i), age: time.Hour},
+			dead{topic: "order-events", partition: 2, key: "p2-" + strconv.Itoa(i), age: time.Hour})
+	}
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Count = 2 })
+	var per []int
+	for range 4 {
+		per = append(per, r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven])
+	}
+	if diff := cmp.Diff([]int{4, 4, 2, 0}, per); diff != "" {
+		t.Errorf("re-driven per pass over two partitions (-want +got):\n%s", diff)
+	}
+}
+
+func TestPartitionsInOrderDomainsInParallel(t *testing.T) {
+	e := newEnv(t)
+	for p := range int32(3) {
+		e.deadLetter(dead{topic: "like-events", partition: p, key: "l", age: time.Hour},
+			dead{topic: "order-events", partition: p, key: "o", age: time.Hour})
+	}
+	r := e.reclaimer(nil, nil)
+	var (
+		mu        sync.Mutex
+		order     = map[string][]int32{}
+		orderDone = make(chan struct{})
+	)
+	r.SetBeforeCommit(func(topic string, p int32) error {
+		mu.Lock()
+		order[topic] = append(order[topic], p)
+		n := len(order[topic])
+		mu.Unlock()
+		switch {
+		case topic == "order-events.DLT" && n == 3:
+			close(orderDone)
+		case topic == "like-events.DLT" && p == 0:
+			// A slow like domain: it finishes only after the order domain
+			// did. Run one after the other, this would never return.
+			select {
+			case <-orderDone:
+			case <-time.After(5 * time.Second):
+				return errors.New("the order domain waited for the like domain")
+			}
+		}
+		return nil
+	})
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int32{"like-events.DLT": {0, 1, 2}, "order-events.DLT": {0, 1, 2}}
+	if diff := cmp.Diff(want, order); diff != "" {
+		t.Errorf("partition order per domain (-want +got):\n%s", diff)
+	}
+}
+
+func TestFailedDomainDoesNotStopOthers(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "order-events", partition: 0, key: "o", age: time.Hour})
+	// stock-events.DLT does not exist in this cluster.
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"stock-events", "order-events"} })
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if res.Domains[0].Err == nil {
+		t.Error("the stock domain reported no error")
+	}
+	if got := res.Totals()[reclaim.Redriven]; got != 1 {
+		t.Errorf("order domain re-drove %d, want 1", got)
+	}
+}
+
+func TestCrashBetweenRepublishAndCommit(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "like-events", partition: 0, key: "a", age: time.Hour},
+		dead{topic: "like-events", partition: 0, key: "b", age: time.Hour})
+	crashing := e.reclaimer(nil, nil)
+	crashing.SetBeforeCommit(func(string, int32) error { return errors.New("crash") })
+	if got := crashing.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
+		t.Fatalf("first pass re-drove %d, want 2", got)
+	}
+	crashing.Close()
+	// The restarted reclaimer starts from the last commit: both again.
+	restarted := e.reclaimer(nil, nil)
+	if got := restarted.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
+		t.Fatalf("pass after the crash re-drove %d, want 2", got)
+	}
+	ids := map[string]int{}
+	for _, g := range e.republished("like-events", 4) {
+		ids[g.Headers["ce_id"]]++
+	}
+	if diff := cmp.Diff(map[string]int{"id-a": 2, "id-b": 2}, ids); diff != "" {
+		t.Errorf("republished event ids (-want +got):\n%s", diff)
+	}
+	if got := restarted.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 0 {
+		t.Errorf("pass after the commit re-drove %d, want 0", got)
+	}
+}
+
+func TestDryRunAndList(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "like-events", partition: 2, key: "a", age: time.Hour},
+		dead{topic: "like-events", partition: 2, key: "b", age: time.Hour, redrives: 3},
+		dead{topic: "like-events", partition: 2, key: "c", age: time.Hour, foreign: true})
+	r := e.reclaimer(nil, nil)
+	res := r.Pass(context.Background(), reclaim.Options{DryRun: true, Topics: []string{"like-events"}})
+	var recs []string
+	for _, p := range res.Domains[0].Partitions {
+		for _, x := range p.Records {
+			recs = append(recs, x.Key+":"+string(x.Outcome))
+		}
+	}
+	if diff := cmp.Diff([]string{"a:redriven", "b:parked", "c:skipped"}, recs); diff != "" {
+		t.Errorf("dry run (-want +got):\n%s", diff)
+	}
+	list, err := r.List(context.Background(), []string{"like-events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := list[2]
+	p2.OldestPending = p2.OldestPending.Round(time.Hour)
+	want := reclaim.PartitionSummary{Topic: "like-events.DLT", Partition: 2, Records: 3, Pending: 3, OldestPending: time.Hour,
+		Redrives: map[int]int64{0: 2, 3: 1}, AtMax: 1, Foreign: 1, Errors: map[string]int64{"database unavailable": 2}}
+	if diff := cmp.Diff(want, p2); diff != "" {
+		t.Errorf("list after a dry run (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,27 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/loopers/commerce-pipeline/internal/cluster"
+)
+
+// ClusterView reads the cluster registry (cluster.Member and cluster.Store
+// implement it).
+type ClusterView interface {
+	View(ctx context.Context) (cluster.View, error)
+}
+
+// clusterView serves GET /api/v1/cluster: nodes, the relay leader and its
+// history, and each group's partition table.
+func clusterView(cv ClusterView) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		v, err := cv.View(r.Context())
+		if err != nil {
+			return fmt.Errorf("cluster view: %w", err)
+		}
+		return writeJSON(w, http.StatusOK, v)
+	}
+}

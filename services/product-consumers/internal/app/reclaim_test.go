@@ -1,0 +1,342 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/app"
+)
+
+// stack is product-consumers running against a fresh database and broker.
+type stack struct {
+	t       *testing.T
+	reg     *events.Registry
+	kafka   *kfake.Cluster
+	brokers []string
+	db      *pgx.Conn
+	prod    sarama.SyncProducer
+	admin   string
+}
+
+func startStack(t *testing.T, env map[string]string) *stack {
+	t.Helper()
+	ctx := context.Background()
+	s := &stack{t: t, reg: events.NewRegistry()}
+	s.kafka = testenv.Kafka(t, s.reg.AllTopics()...)
+	s.brokers = s.kafka.ListenAddrs()
+	dbURL := testenv.DatabaseURL(t)
+	var err error
+	if s.db, err = pgx.Connect(ctx, dbURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.db.Close(context.Background()) })
+	sc := sarama.NewConfig()
+	sc.Producer.Return.Successes = true
+	if s.prod, err = sarama.NewSyncProducer(s.brokers, sc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.prod.Close() })
+
+	vars := map[string]string{
+		"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(s.brokers, ","), "REDIS_URL": testenv.RedisURL(t),
+		"ADMIN_ADDR": "127.0.0.1:0", "CONSUMER_RETRY_BACKOFF": "10ms", "CONSUMERS": "like,order",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cfg, err := app.LoadConfig(config.FromMap(vars))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	ready := make(chan string, 1)
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	go func() { done <- app.Run(runCtx, cfg, logger, ready) }()
+	select {
+	case s.admin = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after shutdown", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return after shutdown")
+		}
+	})
+	return s
+}
+
+// send publishes ev as the relay would, with the given event id and sequence.
+func (s *stack) send(ev any, id string, seq int64) {
+	s.t.Helper()
+	rec, err := s.reg.Marshal(ev)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	topic, _ := events.TopicOf(rec.Type)
+	ce, err := s.reg.ToCloudEvent(events.Envelope{ID: id, Source: "test", Time: time.Now(), Sequence: seq, Record: rec})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(rec.AggregateID)}
+	if err := kafka_sarama.WriteProducerMessage(context.Background(), binding.ToMessage(&ce), pm); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, _, err := s.prod.SendMessage(pm); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// breakDatabase makes the consumers' writes fail (the idempotency records
+// of orders, the like states), as an unreachable database would; the returned
+// function repairs it.
+func (s *stack) breakDatabase() (repair func()) {
+	s.t.Helper()
+	s.exec(`CREATE FUNCTION outage() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'database unavailable (test outage)'; END $$`)
+	for _, table := range []string{"event_handled", "product_like_state"} {
+		s.exec(`CREATE TRIGGER outage BEFORE INSERT ON ` + table + ` FOR EACH STATEMENT EXECUTE FUNCTION outage()`)
+	}
+	return func() {
+		s.exec(`DROP TRIGGER outage ON event_handled`)
+		s.exec(`DROP TRIGGER outage ON product_like_state`)
+		s.exec(`DROP FUNCTION outage()`)
+	}
+}
+
+func (s *stack) exec(sql string) {
+	s.t.Helper()
+	if _, err := s.db.Exec(context.Background(), sql); err != nil {
+		s.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+type metricsRow struct{ Likes, Sales, Amount int64 }
+
+func (s *stack) metrics() map[int64]metricsRow {
+	s.t.Helper()
+	rows, err := s.db.Query(context.Background(), `SELECT product_id, like_count, sales_count, sales_amount FROM product_metrics`)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int64]metricsRow{}
+	for rows.Next() {
+		var id int64
+		var m metricsRow
+		if err := rows.Scan(&id, &m.Likes, &m.Sales, &m.Amount); err != nil {
+			s.t.Fatal(err)
+		}
+		out[id] = m
+	}
+	return out
+}
+
+// handled returns how many events consumer handled (applied or found to be
+// duplicates), from the service's own metrics.
+func (s *stack) handled(consumer string) int {
+	s.t.Helper()
+	n := 0
+	for _, line := range strings.Split(s.scrape(), "\n") {
+		rest, ok := strings.CutPrefix(line, `product_consumer_events_total{consumer="`+consumer+`",`)
+		if !ok {
+			continue
+		}
+		_, v, _ := strings.Cut(rest, "} ")
+		x, err := strconv.Atoi(v)
+		if err != nil {
+			s.t.Fatalf("metrics line %q: %v", line, err)
+		}
+		n += x
+	}
+	return n
+}
+
+func (s *stack) scrape() string {
+	s.t.Helper()
+	resp, err := http.Get("http://" + s.admin + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return string(body)
+}
+
+// waitFor polls cond until it holds or 30 s passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dltSize is the number of records in topic's DLT.
+func (s *stack) dltSize(topic string) int64 {
+	s.t.Helper()
+	c, err := sarama.NewClient(s.brokers, sarama.NewConfig())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer c.Close()
+	var n int64
+	for p := range int32(3) {
+		off, err := c.GetOffset(topic+events.DLTSuffix, p, sarama.OffsetNewest)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		n += off
+	}
+	return n
+}
+
+func (s *stack) reclaimer(count int) *reclaim.Reclaimer {
+	s.t.Helper()
+	r, err := reclaim.New(reclaim.Config{
+		Brokers: s.brokers, Topics: []string{"like-events", "order-events"}, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
+		MinIdle: time.Nanosecond, Count: count, MaxRedrives: 3, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(r.Close)
+	return r
+}
+
+// TestScheduledReclaimAfterDatabaseOutage: the consumers' database fails long
+// enough for every event to reach the DLT; once it is back, the scheduled
+// reclaimer re-drives them and the aggregates end exact.
+func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
+	s := startStack(t, map[string]string{"RECLAIM_INTERVAL": "100ms", "RECLAIM_MIN_IDLE": "1s"})
+	repair := s.breakDatabase()
+	orderID := "00000000-0000-0000-0000-0000000000a1"
+	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID, 1)
+	for i, u := range []string{"u1", "u2", "u3"} {
+		s.send(events.LikeCreatedV1{UserID: u, ProductID: 1}, uuid.NewString(), int64(2+i))
+	}
+	waitFor(t, "4 dead letters", func() bool { return s.dltSize("like-events")+s.dltSize("order-events") >= 4 })
+	repair()
+	// The order event is redelivered as well: it must count once.
+	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID, 1)
+
+	want := map[int64]metricsRow{1: {Likes: 3, Sales: 5, Amount: 500}}
+	waitFor(t, "exact aggregates", func() bool { return cmp.Equal(want, s.metrics()) })
+	// Let further passes run: nothing may be applied twice.
+	time.Sleep(1500 * time.Millisecond)
+	if diff := cmp.Diff(want, s.metrics()); diff != "" {
+		t.Errorf("product_metrics (-want +got):\n%s", diff)
+	}
+	body := s.scrape()
+	for _, series := range []string{
+		`reclaim_messages_total{domain="like",outcome="redriven",shard=`,
+		`reclaim_messages_total{domain="order",outcome="redriven",shard=`,
+		`reclaim_latency_seconds_bucket{domain="like",shard="0"`,
+	} {
+		if !strings.Contains(body, series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+}
+
+// TestRedrivenLikeAfterNewerCancel: a like dead-lettered, then a newer cancel
+// of it applied, then the like re-driven: the like keeps its sequence, so the
+// consumer's sequence guard ignores it and the count stays right.
+func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
+	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
+	s.send(events.LikeCreatedV1{UserID: "other", ProductID: 7}, uuid.NewString(), 1)
+	waitFor(t, "the first like", func() bool { return s.metrics()[7].Likes == 1 })
+	repair := s.breakDatabase()
+	s.send(events.LikeCreatedV1{UserID: "u1", ProductID: 7}, uuid.NewString(), 10)
+	waitFor(t, "the like in the DLT", func() bool { return s.dltSize("like-events") == 1 })
+	repair()
+	s.send(events.LikeCanceledV1{UserID: "u1", ProductID: 7}, uuid.NewString(), 20)
+	waitFor(t, "the cancel handled", func() bool { return s.handled("like") == 2 })
+
+	res := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
+	if got := res.Totals()[reclaim.Redriven]; got != 1 || res.Err() != nil {
+		t.Fatalf("re-drove %d (%v), want 1", got, res.Err())
+	}
+	waitFor(t, "the re-driven like handled", func() bool { return s.handled("like") == 3 })
+	if got := s.metrics()[7].Likes; got != 1 {
+		t.Errorf("like_count %d after the re-driven old like, want 1", got)
+	}
+}
+
+// TestReclaimCrashBeforeCommit: the DLT offset commit fails after the
+// republish, as if the reclaimer died between the two; the next pass
+// republishes the same records, and the aggregates stay exact.
+func TestReclaimCrashBeforeCommit(t *testing.T) {
+	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
+	repair := s.breakDatabase()
+	for _, u := range []string{"a", "b"} {
+		s.send(events.LikeCreatedV1{UserID: u, ProductID: 3}, uuid.NewString(), int64(len(u)))
+	}
+	s.send(events.OrderPaidV1{OrderID: 9, PaymentID: 9, Amount: 30, Items: []events.OrderItem{{ProductID: 3, Quantity: 3, UnitPrice: 10}}}, uuid.NewString(), 5)
+	waitFor(t, "3 dead letters", func() bool { return s.dltSize("like-events")+s.dltSize("order-events") == 3 })
+	repair()
+
+	var crash atomic.Bool
+	crash.Store(true)
+	s.kafka.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		s.kafka.KeepControl()
+		// Only the reclaimer's commits: the consumers' own go through.
+		if crash.Load() && req.(*kmsg.OffsetCommitRequest).Group == reclaim.Group {
+			return nil, errors.New("reclaimer crashed before its commit"), true
+		}
+		return nil, nil, false
+	})
+	first := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
+	if first.Err() == nil || first.Totals()[reclaim.Redriven] != 3 {
+		t.Fatalf("pass with failing commits: %v re-driven, error %v; want 3 and an error", first.Totals(), first.Err())
+	}
+	want := map[int64]metricsRow{3: {Likes: 2, Sales: 3, Amount: 30}}
+	waitFor(t, "exact aggregates after the first pass", func() bool { return cmp.Equal(want, s.metrics()) })
+
+	crash.Store(false)
+	second := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
+	if second.Err() != nil || second.Totals()[reclaim.Redriven] != 3 {
+		t.Fatalf("pass after the crash: %v re-driven, error %v; want the same 3 again", second.Totals(), second.Err())
+	}
+	waitFor(t, "the second copies handled", func() bool { return s.handled("like") == 4 && s.handled("order") == 2 })
+	if diff := cmp.Diff(want, s.metrics()); diff != "" {
+		t.Errorf("product_metrics after the records came twice (-want +got):\n%s", diff)
+	}
+	if third := s.reclaimer(100).Pass(context.Background(), reclaim.Options{}); third.Totals()[reclaim.Redriven] != 0 {
+		t.Errorf("a pass after the commit re-drove %v", third.Totals())
+	}
+}
