@@ -183,6 +183,12 @@ func TestLivePage(t *testing.T) {
 		t.Logf("wrote %s (%d bytes)", screenshotPath, len(shot))
 	}
 
+	// On a phone's width nothing may stick out sideways.
+	within(t, ctx, 10*time.Second, "emulate a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	within(t, ctx, 5*time.Second, "the page fits a phone's width",
+		until(`document.documentElement.scrollWidth <= window.innerWidth`))
+	within(t, ctx, 10*time.Second, "back to a laptop", chromedp.EmulateReset())
+
 	// Kill the stream's server: the page must say so, then recover.
 	t.Logf("screenshot taken after %v", time.Since(began).Round(time.Millisecond))
 	endTraffic()
