@@ -148,11 +148,17 @@ func (h *Hub) Subscribe(ctx context.Context, lastEventID uint64) (*Subscription,
 		first = frame(ReadyEvent, h.cursor, map[string]uint64{"watermark": h.cursor})
 	} else {
 		wm, changes, err := h.src.ChangesSince(ctx, lastEventID)
+		if err == nil && lastEventID > wm {
+			// Watermarks only grow, so this database never handed out
+			// that id (a restored database, a made-up header): the
+			// client's state is unknown, send every product.
+			wm, changes, err = h.src.ChangesSince(ctx, 1)
+		}
 		if err != nil {
 			h.Unsubscribe(s)
 			return nil, err
 		}
-		first = frame(ChangesEvent, max(wm, lastEventID), changesData{Products: nonNil(changes)})
+		first = frame(ChangesEvent, wm, changesData{Products: nonNil(changes)})
 	}
 	s.frames <- first // the buffer is empty: this cannot block
 	h.mu.Lock()

@@ -245,6 +245,30 @@ func TestOrderAndResume(t *testing.T) {
 	}
 }
 
+// TestResumeFromUnknownID: an id this database never handed out (above
+// every watermark) gets every product, and a real watermark to go on from.
+func TestResumeFromUnknownID(t *testing.T) {
+	f := newFixture(t, quiet, nil)
+	f.like(t, 1, 2)
+	f.like(t, 3, 1)
+	s, err := f.hub.Subscribe(context.Background(), 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.hub.Unsubscribe(s)
+	ev := next(t, s)
+	got := map[int64]int64{}
+	for _, p := range ev.Products {
+		got[p.ID] = p.LikeCount
+	}
+	if diff := cmp.Diff(f.likes(t), got); diff != "" {
+		t.Errorf("products (-want +got):\n%s", diff)
+	}
+	if ev.ID == 0 || ev.ID >= 1<<62 {
+		t.Errorf("event id %d, want the database's watermark", ev.ID)
+	}
+}
+
 // TestCoalescing: a thousand changes a second reach the clients as at most
 // one frame per Coalesce, and the last frame holds the final values.
 func TestCoalescing(t *testing.T) {
