@@ -113,9 +113,13 @@ func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
 			FROM event_handled h
 			WHERE h.created_at > clock_timestamp() - $1::bigint * interval '1 microsecond'
 		), lag AS (
+			-- Keys are '{group}:{eventId}'; events from elsewhere may carry
+			-- ids that are not UUIDs, and have no outbox row anyway.
 			SELECT EXTRACT(EPOCH FROM avg(r.created_at - o.created_at))::float8 AS avg,
 			       EXTRACT(EPOCH FROM max(r.created_at - o.created_at))::float8 AS max
-			FROM recent r JOIN outbox o ON o.event_id::text = r.event_id
+			FROM recent r JOIN outbox o ON o.event_id = (CASE
+				WHEN r.event_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+				THEN r.event_id::uuid END)
 		)
 		SELECT b.n, b.oldest, (SELECT count(*) FROM outbox_failed),
 		       (SELECT owner FROM relay_lease WHERE lease_until > clock_timestamp() ORDER BY name LIMIT 1),
