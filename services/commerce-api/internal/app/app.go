@@ -56,6 +56,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	scfg := stream.DefaultConfig()
 	scfg.MaxStreams = cfg.StreamMaxClients
 	hub := stream.New(st, stream.FromView(member), scfg, logger)
+	if err := hub.Register(reg); err != nil {
+		return err
+	}
 	deps.Stream = hub
 	h, err := api.NewHandler(deps)
 	if err != nil {

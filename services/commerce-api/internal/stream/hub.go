@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
@@ -93,6 +95,9 @@ type Hub struct {
 	mu      sync.Mutex
 	clients map[*Subscription]bool // true once the first frame is queued
 	closed  bool
+
+	dropped prometheus.Counter
+	frames  *prometheus.CounterVec
 }
 
 // New returns a hub; cluster may be nil (the summary then has no nodes,
@@ -102,7 +107,29 @@ func New(src Source, cluster Cluster, cfg Config, logger *slog.Logger) *Hub {
 		src: src, cluster: cluster, cfg: cfg.withDefaults(), log: logger,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		sent: map[int64]store.ProductChange{}, clients: map[*Subscription]bool{},
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "commerce_api_stream_clients_dropped_total",
+			Help: "Stream clients disconnected because they fell a whole buffer behind.",
+		}),
+		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "commerce_api_stream_events_total",
+			Help: "Events broadcast to the stream's clients, by event name (one per broadcast, not per client).",
+		}, []string{"event"}),
 	}
+}
+
+// Register adds the hub's metrics to reg.
+func (h *Hub) Register(reg prometheus.Registerer) error {
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "commerce_api_stream_clients",
+		Help: "Open GET /api/v1/stream connections.",
+	}, func() float64 { return float64(h.Open()) })
+	for _, c := range []prometheus.Collector{open, h.dropped, h.frames} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("stream metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // Subscription is one client's stream: Frames carries encoded SSE frames;
@@ -294,14 +321,15 @@ func (h *Hub) flush(ctx context.Context) {
 	}
 	h.cursor = max(h.cursor, wm)
 	if len(fresh) > 0 {
-		h.broadcast(frame(ChangesEvent, h.cursor, changesData{Products: fresh}))
+		h.broadcast(ChangesEvent, frame(ChangesEvent, h.cursor, changesData{Products: fresh}))
 	}
 }
 
 // broadcast queues f for every client, dropping those whose buffer is full:
 // a slow client must not hold memory or the others back. A dropped client
 // reconnects with its Last-Event-ID and loses nothing.
-func (h *Hub) broadcast(f []byte) {
+func (h *Hub) broadcast(event string, f []byte) {
+	h.frames.WithLabelValues(event).Inc()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s, live := range h.clients {
@@ -313,6 +341,7 @@ func (h *Hub) broadcast(f []byte) {
 		default:
 			delete(h.clients, s)
 			s.end()
+			h.dropped.Inc()
 			h.log.Info("stream: dropped a client that fell behind", "buffer", h.cfg.ClientBuffer)
 		}
 	}
@@ -326,7 +355,7 @@ func (h *Hub) broadcastSummary(ctx context.Context) {
 		}
 		return
 	}
-	h.broadcast(frame(SummaryEvent, 0, sum))
+	h.broadcast(SummaryEvent, frame(SummaryEvent, 0, sum))
 }
 
 // frame encodes one SSE event; id 0 means none (the browser keeps the last).

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
@@ -28,6 +30,7 @@ import (
 type fixture struct {
 	hub *stream.Hub
 	db  *sql.DB
+	reg *prometheus.Registry
 }
 
 func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixture {
@@ -47,6 +50,10 @@ func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixtur
 		t.Fatal(err)
 	}
 	hub := stream.New(st, cluster, cfg, slog.New(slog.DiscardHandler))
+	reg := prometheus.NewRegistry()
+	if err := hub.Register(reg); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- hub.Run(ctx) }()
@@ -56,7 +63,7 @@ func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixtur
 			t.Errorf("hub.Run: %v", err)
 		}
 	})
-	f := &fixture{hub: hub, db: db}
+	f := &fixture{hub: hub, db: db, reg: reg}
 	// Run takes its first watermark before it serves; a subscriber before
 	// that would start from 0.
 	deadline := time.Now().Add(5 * time.Second)
@@ -342,6 +349,17 @@ func TestSlowClientDropped(t *testing.T) {
 	}
 	if n := f.hub.Open(); n != 1 {
 		t.Errorf("%d streams open, want 1 (the fast client)", n)
+	}
+	want := `
+# HELP commerce_api_stream_clients Open GET /api/v1/stream connections.
+# TYPE commerce_api_stream_clients gauge
+commerce_api_stream_clients 1
+# HELP commerce_api_stream_clients_dropped_total Stream clients disconnected because they fell a whole buffer behind.
+# TYPE commerce_api_stream_clients_dropped_total counter
+commerce_api_stream_clients_dropped_total 1
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "commerce_api_stream_clients", "commerce_api_stream_clients_dropped_total"); err != nil {
+		t.Error(err)
 	}
 }
 
