@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +70,39 @@ func TestStreamHTTP(t *testing.T) {
 	r := e.do(t, "GET", "/api/v1/stream", "", "")
 	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Content-Type") != api.ProblemContentType || r.Header.Get("Retry-After") == "" {
 		t.Errorf("stream past the limit: %d %q Retry-After %q, want 503 problem with Retry-After", r.Status, r.Header.Get("Content-Type"), r.Header.Get("Retry-After"))
+	}
+}
+
+// TestStreamOutlivesServerTimeouts: a stream keeps flowing past the
+// server's read and write timeouts, which bound ordinary requests.
+func TestStreamOutlivesServerTimeouts(t *testing.T) {
+	var hub *stream.Hub
+	e := newEnv(t, func(d *api.Deps) {
+		hub = stream.New(d.Store, nil, stream.Config{SummaryEvery: 50 * time.Millisecond}, slog.New(slog.DiscardHandler))
+		d.Stream = hub
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = hub.Run(ctx) }()
+	srv := httptest.NewUnstartedServer(e.srv.Config.Handler)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	srv.Start()
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL + "/api/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	start := time.Now()
+	summaries := 0
+	for time.Since(start) < 1500*time.Millisecond {
+		if !sc.Scan() {
+			t.Fatalf("the stream ended after %v (%d summaries): %v", time.Since(start).Round(time.Millisecond), summaries, sc.Err())
+		}
+		if sc.Text() == "event: "+stream.SummaryEvent {
+			summaries++
+		}
 	}
 }
