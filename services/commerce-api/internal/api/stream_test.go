@@ -106,3 +106,31 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// TestLivePageServed: the page and its assets come from the binary, with
+// nothing fetched from elsewhere.
+func TestLivePageServed(t *testing.T) {
+	e := newEnv(t)
+	page := e.do(t, "GET", "/", "", "")
+	if page.Status != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %q", page.Status, page.Header.Get("Content-Type"))
+	}
+	for _, asset := range []string{"/static/app.js", "/static/style.css"} {
+		if !strings.Contains(string(page.Body), `"`+asset+`"`) {
+			t.Errorf("the page does not load %s", asset)
+		}
+		resp, err := http.Get(e.srv.URL + asset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d", asset, resp.StatusCode)
+		}
+	}
+	for _, off := range []string{"http://", "https://", "//cdn"} {
+		if strings.Contains(string(page.Body), `src="`+off) || strings.Contains(string(page.Body), `href="`+off) {
+			t.Errorf("the page loads something from elsewhere (%s)", off)
+		}
+	}
+}
