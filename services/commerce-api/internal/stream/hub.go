@@ -92,9 +92,10 @@ type Hub struct {
 	cursor uint64                        // the watermark the next read starts from
 	sent   map[int64]store.ProductChange // last state broadcast per product, to skip repeats
 
-	mu      sync.Mutex
-	clients map[*Subscription]bool // true once the first frame is queued
-	closed  bool
+	mu          sync.Mutex
+	clients     map[*Subscription]bool // true once the first frame is queued
+	closed      bool
+	lastSummary []byte // the last summary frame, for new clients
 
 	dropped prometheus.Counter
 	frames  *prometheus.CounterVec
@@ -191,6 +192,10 @@ func (h *Hub) Subscribe(ctx context.Context, lastEventID uint64) (*Subscription,
 	h.mu.Lock()
 	if _, ok := h.clients[s]; ok {
 		h.clients[s] = true
+		// The last summary at once, rather than up to SummaryEvery later.
+		if h.lastSummary != nil && h.cfg.ClientBuffer > 1 {
+			s.frames <- h.lastSummary
+		}
 	}
 	h.mu.Unlock()
 	return s, nil
@@ -355,7 +360,11 @@ func (h *Hub) broadcastSummary(ctx context.Context) {
 		}
 		return
 	}
-	h.broadcast(SummaryEvent, frame(SummaryEvent, 0, sum))
+	f := frame(SummaryEvent, 0, sum)
+	h.mu.Lock()
+	h.lastSummary = f
+	h.mu.Unlock()
+	h.broadcast(SummaryEvent, f)
 }
 
 // frame encodes one SSE event; id 0 means none (the browser keeps the last).

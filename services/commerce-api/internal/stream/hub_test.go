@@ -459,3 +459,33 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("Summarize (-want +got):\n%s", diff)
 	}
 }
+
+// TestNewClientGetsLastSummary: a new client has the last summary queued
+// right after its first event, not a SummaryEvery later.
+func TestNewClientGetsLastSummary(t *testing.T) {
+	cfg := quiet
+	cfg.SummaryEvery = 50 * time.Millisecond
+	f := newFixture(t, cfg, nil)
+	a, err := f.hub.Subscribe(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.hub.Unsubscribe(a)
+	for ev := parse(t, <-a.Frames()); ev.Name != stream.SummaryEvent; ev = parse(t, <-a.Frames()) {
+	}
+	b, err := f.hub.Subscribe(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.hub.Unsubscribe(b)
+	if n := len(b.Frames()); n < 2 {
+		t.Fatalf("%d events queued when Subscribe returned, want the first and the last summary", n)
+	}
+	var got []string
+	for range 2 {
+		got = append(got, parse(t, <-b.Frames()).Name)
+	}
+	if diff := cmp.Diff([]string{stream.ReadyEvent, stream.SummaryEvent}, got); diff != "" {
+		t.Errorf("first events (-want +got):\n%s", diff)
+	}
+}

@@ -136,7 +136,7 @@ function showSummary(s) {
   const eps = s.eventsPerSec;
   history.push({ eps, lag: s.lagMaxMs });
   if (history.length > HISTORY) history.shift();
-  $("chart-now").textContent = `${eps.toFixed(1)} events/s · lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
+  $("chart-now").textContent = `${eps.toFixed(1)} order and view events/s · lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
   drawChart();
 }
 
