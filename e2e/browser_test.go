@@ -161,7 +161,7 @@ func TestLivePage(t *testing.T) {
 	// history.
 	update := os.Getenv("UPDATE_SCREENSHOT") == "1"
 	if update {
-		time.Sleep(6 * time.Second)
+		time.Sleep(15 * time.Second)
 	}
 	shotCtx, cancelShot := context.WithTimeout(ctx, 20*time.Second)
 	defer cancelShot()
