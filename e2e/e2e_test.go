@@ -92,6 +92,8 @@ type system struct {
 	apiClient   *http.Client
 	relayEnv    func(node string) map[string]string
 	consumerEnv map[string]string
+	apiEnv      map[string]string
+	apiProc     *stack.Proc
 }
 
 func newSystem(t *testing.T) *system {
@@ -100,9 +102,8 @@ func newSystem(t *testing.T) *system {
 	s := &system{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
 	redisURL := testenv.RedisURL(t)
 	apiAddr := freeAddr(t)
-	start(t, "commerce-api", "commerce-api", map[string]string{
-		"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr,
-	})
+	s.apiEnv = map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr}
+	s.apiProc = start(t, "commerce-api", "commerce-api", s.apiEnv)
 	s.api = "http://" + apiAddr
 	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.relayEnv = func(node string) map[string]string {

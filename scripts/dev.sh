@@ -93,6 +93,7 @@ cat <<MSG
 
 The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL and Redis keep running).
 
+  live page           http://$API_ADDR/   <- open it in a browser
   commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
   outbox-relay admin  http://$RELAY_ADMIN/metrics   ($RELAYS relays, admin ports two apart)
   consumers admin     http://$CONSUMERS_ADMIN/metrics   ($CONSUMERS instances, admin ports two apart)
@@ -102,7 +103,7 @@ The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL an
   Redis               $redis_url
   logs                $STATE/logs/
 
-Try:
+Try (or use the live page's form):
   curl -s -XPOST localhost:8080/api/v1/products -H 'Content-Type: application/json' -d '{"name":"Keyboard","price":50000,"stock":3}'
   curl -s -XPOST localhost:8080/api/v1/products/1/likes -H 'X-User-ID: alice'
   curl -s localhost:8080/api/v1/products/1 -H 'X-User-ID: bob'

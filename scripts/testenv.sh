@@ -17,6 +17,8 @@ set -euo pipefail
 # elsewhere.
 if ! command -v psql >/dev/null 2>&1 && ! docker_answers; then apt_install postgresql-client; fi
 if ! command -v redis-cli >/dev/null 2>&1 && ! docker_answers; then apt_install redis-tools; fi
+# The browser test drives Debian's chromium headless.
+if ! command -v chromium >/dev/null 2>&1; then apt_install chromium; fi
 
 if [ -n "${TEST_DATABASE_URL:-}" ] && pg_answers "$TEST_DATABASE_URL"; then
   echo "export TEST_DATABASE_URL='$TEST_DATABASE_URL'"

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // ErrSuperseded is returned when a write of a partition's owner is refused
@@ -18,7 +20,8 @@ var ErrSuperseded = errors.New("cluster: assignment superseded")
 // Store reads and writes the cluster tables. It is the only file of the
 // package that speaks SQL.
 type Store struct {
-	pool *pgxpool.Pool
+	db   *pg.DB
+	pool *pgxpool.Pool // db's
 }
 
 // Open returns a Store on databaseURL with a small pool of its own (the
@@ -26,21 +29,15 @@ type Store struct {
 // does not connect yet: a database that is down at start is retried by the
 // heartbeat, not fatal.
 func Open(databaseURL string) (*Store, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL)
+	db, err := pg.Open(context.Background(), databaseURL, pg.Options{MaxConns: 2, StatementTimeout: pg.DefaultStatementTimeout, Lazy: true})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: parse database URL: %w", err)
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	cfg.MaxConns = 2
-	cfg.MinConns = 0
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: open pool: %w", err)
-	}
-	return &Store{pool: pool}, nil
+	return &Store{db: db, pool: db.Pool}, nil
 }
 
 // Close closes the pool.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() { s.db.Close() }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 

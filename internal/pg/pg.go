@@ -28,6 +28,10 @@ type Options struct {
 	// StatementTimeout (DB_STATEMENT_TIMEOUT) cancels any statement running
 	// longer, so that a stuck query frees its connection and locks.
 	StatementTimeout time.Duration
+	// Lazy skips the check that the database answers: the pool connects on
+	// first use. For a side job that must not stop its service from
+	// starting while the database is down (the cluster heartbeat).
+	Lazy bool
 }
 
 // DefaultStatementTimeout is far above any statement of the background
@@ -71,6 +75,9 @@ func Open(ctx context.Context, databaseURL string, o Options) (*DB, error) {
 		return nil, fmt.Errorf("open database: %w", MapErr(err))
 	}
 	db := &DB{Pool: pool}
+	if o.Lazy {
+		return db, nil
+	}
 	if err := db.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -18,6 +18,8 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/web"
 )
 
 // OpenAPI is the OpenAPI 3 document of this API, served at /openapi.yaml.
@@ -45,6 +47,8 @@ type Deps struct {
 	Checks  map[string]httpserver.Check
 	// RequestTimeout is the deadline of every request; zero means none.
 	RequestTimeout time.Duration
+	// Stream serves GET /api/v1/stream; nil answers it with 503.
+	Stream *stream.Hub
 	// Cluster, when set, serves GET /api/v1/cluster.
 	Cluster ClusterView
 }
@@ -53,6 +57,7 @@ type server struct {
 	st    *store.Store
 	cache ProductCache
 	log   *slog.Logger
+	hub   *stream.Hub
 }
 
 // NewHandler returns the service's whole HTTP handler: the API under /api/v1,
@@ -65,7 +70,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{st: d.Store, cache: d.Cache, log: d.Logger}
+	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
 	if d.RequestTimeout > 0 {
@@ -84,7 +89,10 @@ func NewHandler(d Deps) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(OpenAPI)
 	})
+	r.Get("/", web.Index)
+	r.Handle("/static/*", web.Static())
 	r.Route("/api/v1", func(r chi.Router) {
+		r.Get("/stream", s.handle(s.streamEvents))
 		r.Post("/products", s.handle(s.createProduct))
 		r.Get("/products", s.handle(s.listProducts))
 		r.Get("/products/{id}", s.handle(s.getProduct))

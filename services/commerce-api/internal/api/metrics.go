@@ -72,6 +72,10 @@ func (m *metrics) middleware(next http.Handler) http.Handler {
 		}
 		labels := prometheus.Labels{"method": methodLabel(r.Method), "route": route, "status": strconv.Itoa(status)}
 		m.requests.With(labels).Inc()
-		m.latency.With(labels).Observe(time.Since(start).Seconds())
+		// A stream lasts as long as its client stays; its "latency" would
+		// swamp the histogram. Streams are counted by the hub's metrics.
+		if ww.Header().Get("Content-Type") != "text/event-stream" {
+			m.latency.With(labels).Observe(time.Since(start).Seconds())
+		}
 	})
 }

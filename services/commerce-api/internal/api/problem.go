@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
 
 // ProblemContentType is the media type of every error response (RFC 9457).
@@ -115,6 +116,8 @@ func problemFor(err error) Problem {
 			"the request body exceeds "+plural(int(maxErr.Limit), "byte"), nil)
 	case errors.As(err, &rerr):
 		return newProblem(rerr.status, slugs[rerr.status], rerr.detail, nil)
+	case errors.Is(err, stream.ErrTooManyStreams), errors.Is(err, stream.ErrClosed):
+		return newProblem(http.StatusServiceUnavailable, "stream-unavailable", err.Error()+"; retry later", nil)
 	case errors.Is(err, store.ErrNotFound):
 		return newProblem(http.StatusNotFound, "not-found", err.Error(), nil)
 	case errors.Is(err, store.ErrInsufficientStock):
@@ -141,6 +144,7 @@ var slugs = map[int]string{
 	http.StatusUnauthorized:         "unauthorized",
 	http.StatusNotFound:             "not-found",
 	http.StatusMethodNotAllowed:     "method-not-allowed",
+	http.StatusServiceUnavailable:   "unavailable",
 }
 
 func newProblem(status int, slug, detail string, fields []FieldError) Problem {

@@ -3,8 +3,10 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -15,6 +17,7 @@ import (
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
 
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
@@ -51,10 +54,39 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		defer c.Close()
 		deps.Cache = c
 	}
+	scfg := stream.DefaultConfig()
+	scfg.MaxStreams = cfg.StreamMaxClients
+	hub := stream.New(st, stream.FromView(member), scfg, logger)
+	if err := hub.Register(reg); err != nil {
+		return err
+	}
+	deps.Stream = hub
 	h, err := api.NewHandler(deps)
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
 	}
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "")
-	return httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+	// The hub ends every open stream when ctx ends, so the server's
+	// graceful shutdown does not wait on them.
+	hubCtx, stopHub := context.WithCancel(ctx)
+	defer stopHub()
+	hubErr := make(chan error, 1)
+	go func() { hubErr <- hub.Run(hubCtx) }()
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
+	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
+	serveErr := httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+	stopHub()
+	return errors.Join(serveErr, <-hubErr)
+}
+
+// pageURL is the live page's address for a listen address, for the log a
+// newcomer reads: a wildcard host becomes localhost.
+func pageURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen + "/"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/"
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // TestRunServesAndShutsDown starts the whole service, with the cache, and
-// checks it serves, is ready, and returns cleanly once its context ends.
+// checks it serves, is ready, and returns cleanly and promptly once its
+// context ends, although a client holds a stream open.
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Parallel()
 	cfg := Config{
@@ -23,7 +24,9 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		DB:              pg.Options{MaxConns: 4},
 		RedisURL:        testenv.RedisURL(t),
 		ProductCacheTTL: time.Second,
-		Cluster:         cluster.Defaults("api-test"),
+
+		StreamMaxClients: 10,
+		Cluster:          cluster.Defaults("api-test"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -36,7 +39,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run returned before serving: %v", err)
 	}
-	for _, path := range []string{"/readyz", "/api/v1/products", "/openapi.yaml"} {
+	for _, path := range []string{"/readyz", "/api/v1/products", "/openapi.yaml", "/", "/static/app.js"} {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatal(err)
@@ -47,10 +50,32 @@ func TestRunServesAndShutsDown(t *testing.T) {
 			t.Errorf("%s: %d", path, resp.StatusCode)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run after shutdown: %v", err)
+	resp, err := http.Get("http://" + addr + "/api/v1/stream")
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	first := make([]byte, 64)
+	if _, err := resp.Body.Read(first); err != nil {
+		t.Fatalf("read the stream's first frame: %v", err)
+	}
+	streamEnded := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); streamEnded <- err }()
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run after shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5 s of its context ending with a stream open")
+	}
+	if err := <-streamEnded; err != nil {
+		t.Errorf("the open stream did not end cleanly: %v", err)
+	}
+	t.Logf("shut down in %v with a stream open", time.Since(start).Round(time.Millisecond))
 }
 
 func TestRunFailsWithoutDatabase(t *testing.T) {

@@ -22,7 +22,10 @@ type Config struct {
 	// RequestTimeout (REQUEST_TIMEOUT, default 5s) is the deadline of every
 	// request; one that runs out answers 503.
 	RequestTimeout time.Duration
-	Cluster        cluster.Config // CLUSTER_*: this node in the cluster registry
+	// StreamMaxClients (STREAM_MAX_CLIENTS, default 100) bounds the open
+	// GET /api/v1/stream connections; more are answered 503.
+	StreamMaxClients int
+	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
 }
 
 // LoadConfig reads and validates the configuration; the error names every
@@ -38,11 +41,12 @@ func Load(l *config.Loader) Config {
 		HTTPAddr:    l.String("HTTP_ADDR", ":8080"),
 		// A request's statements are short; one running for seconds is
 		// stuck and holds a pool connection from the others.
-		DB:              pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),
-		RedisURL:        l.String("REDIS_URL", ""),
-		ProductCacheTTL: l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
-		RequestTimeout:  l.Duration("REQUEST_TIMEOUT", 5*time.Second),
-		Cluster:         cluster.Load(l, ""),
+		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),
+		RedisURL:         l.String("REDIS_URL", ""),
+		ProductCacheTTL:  l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
+		RequestTimeout:   l.Duration("REQUEST_TIMEOUT", 5*time.Second),
+		StreamMaxClients: l.PositiveInt("STREAM_MAX_CLIENTS", 100),
+		Cluster:          cluster.Load(l, ""),
 	}
 	if c.RedisURL != "" {
 		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {

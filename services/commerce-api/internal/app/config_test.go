@@ -23,16 +23,16 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"defaults", map[string]string{"DATABASE_URL": db},
 			Config{DatabaseURL: db, HTTPAddr: ":8080", DB: pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}, ProductCacheTTL: 30 * time.Second,
-				RequestTimeout: 5 * time.Second, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
+				RequestTimeout: 5 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
 		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "DB_MAX_CONNS": "64",
-			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s", "REQUEST_TIMEOUT": "2s", "DB_STATEMENT_TIMEOUT": "1500ms"},
+			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s", "REQUEST_TIMEOUT": "2s", "DB_STATEMENT_TIMEOUT": "1500ms", "STREAM_MAX_CLIENTS": "7"},
 			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DB: pg.Options{MaxConns: 64, StatementTimeout: 1500 * time.Millisecond},
-				RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, RequestTimeout: 2 * time.Second,
+				RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, RequestTimeout: 2 * time.Second, StreamMaxClients: 7,
 				Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
 		{"missing database", map[string]string{}, Config{}, []string{"DATABASE_URL"}},
 		{"every problem at once", map[string]string{"DATABASE_URL": "mysql://x/y", "DB_MAX_CONNS": "0",
-			"REDIS_URL": "localhost:6379", "PRODUCT_CACHE_TTL": "soon", "REQUEST_TIMEOUT": "0s", "DB_STATEMENT_TIMEOUT": "-1s"}, Config{},
-			[]string{"DATABASE_URL", "DB_MAX_CONNS", "REDIS_URL", "PRODUCT_CACHE_TTL", "REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT"}},
+			"REDIS_URL": "localhost:6379", "PRODUCT_CACHE_TTL": "soon", "REQUEST_TIMEOUT": "0s", "DB_STATEMENT_TIMEOUT": "-1s", "STREAM_MAX_CLIENTS": "0"}, Config{},
+			[]string{"DATABASE_URL", "DB_MAX_CONNS", "REDIS_URL", "PRODUCT_CACHE_TTL", "REQUEST_TIMEOUT", "DB_STATEMENT_TIMEOUT", "STREAM_MAX_CLIENTS"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -37,6 +37,7 @@ var (
 // through database/sql, so the pool settings are every service's.
 type Store struct {
 	db   *gorm.DB
+	sql  *sql.DB // the same pool through database/sql, for reads gorm has no words for
 	pool *pg.DB
 	reg  *events.Registry
 }
@@ -47,7 +48,8 @@ func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Reg
 	if err != nil {
 		return nil, err
 	}
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: pool.SQL()}), &gorm.Config{
+	sqlDB := pool.SQL()
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
 		// Every write here runs in an explicit transaction; gorm's implicit
 		// one per statement would only add BEGIN/COMMIT round trips.
 		SkipDefaultTransaction: true,
@@ -57,7 +59,7 @@ func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Reg
 		pool.Close()
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{db: db, pool: pool, reg: reg}, nil
+	return &Store{db: db, sql: sqlDB, pool: pool, reg: reg}, nil
 }
 
 // Close closes the pool.

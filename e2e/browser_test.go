@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/loopers/commerce-pipeline/internal/stack"
+)
+
+// ScreenshotPath is where TestLivePage writes the README's screenshot when
+// UPDATE_SCREENSHOT=1, relative to the module root.
+const screenshotPath = "docs/live-page.png"
+
+// browser starts a headless Debian chromium for the test; a missing
+// chromium fails the test (scripts/testenv.sh installs it).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("no chromium on PATH (%v): run scripts/testenv.sh as root, or apt-get install chromium", err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox, // the tests run as root, where chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1280, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// within runs actions with a deadline, failing the test with what on error.
+func within(t *testing.T, ctx context.Context, d time.Duration, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if err := chromedp.Do(c, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval returns the value of a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// until waits for a JavaScript predicate to hold in the page.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(10*time.Millisecond))
+}
+
+// TestLivePage loads the page against the running pipeline in a real
+// browser, likes a product through the page's form and sees the count on the
+// page change within 2 s; then kills commerce-api, sees the page say it is
+// reconnecting, restarts it and sees the page recover and follow changes
+// again. It takes the README's screenshot on the way.
+func TestLivePage(t *testing.T) {
+	began := time.Now()
+	s := newSystem(t)
+	s.startRelay("relay-a")
+	s.startConsumers()
+
+	names := []string{"Mechanical keyboard", "4K monitor", "USB-C dock", "Desk lamp", "Office chair"}
+	ids := make([]int64, len(names))
+	for i, name := range names {
+		var p struct{ ID int64 }
+		if st := s.call("POST", "/products", "", map[string]any{"name": name, "price": 30000 + 10000*i, "stock": 1000}, &p); st != http.StatusCreated {
+			t.Fatalf("create product: status %d", st)
+		}
+		ids[i] = p.ID
+	}
+	// Some history for the lists, and proof that the consumers have their
+	// partitions before the timed part.
+	for i, id := range ids {
+		pid := strconv.FormatInt(id, 10)
+		for u := range len(ids) - i {
+			s.expect(s.call("POST", "/products/"+pid+"/likes", fmt.Sprintf("user%d", u), nil, nil), http.StatusOK)
+			s.call("GET", "/products/"+pid, fmt.Sprintf("user%d", u), nil, nil)
+		}
+	}
+	t.Logf("products seeded after %v", time.Since(began).Round(time.Millisecond))
+	s.waitLikes(ids[0], int64(len(ids)), 60*time.Second)
+
+	// Background traffic, so that the chart and the summary have something
+	// to show in the screenshot.
+	ctxTraffic, stopTraffic := context.WithCancel(context.Background())
+	trafficDone := make(chan struct{})
+	go func() {
+		defer close(trafficDone)
+		for i := 0; ctxTraffic.Err() == nil; i++ {
+			pid := strconv.FormatInt(ids[i%len(ids)], 10)
+			s.call("GET", "/products/"+pid, "viewer", nil, nil)
+			if i%3 == 0 {
+				var o struct{ ID int64 }
+				item := map[string]any{"productId": ids[(i/3)%len(ids)%3], "quantity": 1 + i%4}
+				if s.call("POST", "/orders", "buyer", map[string]any{"items": []any{item}}, &o) == http.StatusCreated {
+					s.call("POST", "/orders/"+strconv.FormatInt(o.ID, 10)+"/payments", "buyer", nil, nil)
+				}
+			}
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	endTraffic := func() { stopTraffic(); <-trafficDone }
+	defer endTraffic()
+
+	t.Logf("pipeline up and consuming after %v", time.Since(began).Round(time.Millisecond))
+	ctx := browser(t)
+	target := ids[len(ids)-1] // the least liked: alice has not liked it
+	count := fmt.Sprintf(`document.querySelector('#top-likes li[data-id="%d"] .count')`, target)
+	within(t, ctx, 20*time.Second, "load the page",
+		chromedp.Navigate(s.api+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#status.live`)),
+		until(count+` !== null`),
+	)
+	before := eval[string](t, ctx, count+`.textContent`)
+
+	// Like through the page's form and time the count's change on the page.
+	liked := time.Now()
+	within(t, ctx, 10*time.Second, "like through the form",
+		chromedp.SetValue(chromedp.CSS(`#user`), "alice"),
+		chromedp.SetValue(chromedp.CSS(`#product`), strconv.FormatInt(target, 10)),
+		chromedp.Click(chromedp.CSS(`button[data-action="like"]`)),
+	)
+	within(t, ctx, 2*time.Second, "the like count on the page changes within 2 s of the click",
+		until(fmt.Sprintf(`%s.textContent !== %q`, count, before)))
+	t.Logf("like count on the page went from %s to the next value %v after the click", before, time.Since(liked).Round(time.Millisecond))
+
+	// The screenshot; the README's once the chart has a few seconds of
+	// history.
+	update := os.Getenv("UPDATE_SCREENSHOT") == "1"
+	if update {
+		time.Sleep(15 * time.Second)
+	}
+	shotCtx, cancelShot := context.WithTimeout(ctx, 20*time.Second)
+	defer cancelShot()
+	shot, err := chromedp.Run(shotCtx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if _, err := png.Decode(bytes.NewReader(shot)); err != nil {
+		t.Fatalf("the screenshot is not a PNG: %v", err)
+	}
+	if update {
+		root, err := stack.ModuleRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, screenshotPath), shot, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s (%d bytes)", screenshotPath, len(shot))
+	}
+
+	// On a phone's width nothing may stick out sideways.
+	within(t, ctx, 10*time.Second, "emulate a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3), chromedp.EmulateMobile))
+	within(t, ctx, 5*time.Second, "the page fits a phone's width",
+		until(`document.documentElement.scrollWidth <= window.innerWidth`))
+	within(t, ctx, 10*time.Second, "back to a laptop", chromedp.EmulateReset())
+
+	// Kill the stream's server: the page must say so, then recover.
+	t.Logf("screenshot taken after %v", time.Since(began).Round(time.Millisecond))
+	endTraffic()
+	s.apiProc.Kill()
+	within(t, ctx, 10*time.Second, "the page says it is reconnecting once commerce-api is killed",
+		chromedp.WaitVisible(chromedp.CSS(`#status.reconnecting`)))
+	if text := eval[string](t, ctx, `document.getElementById("status").textContent`); text != "disconnected — reconnecting…" {
+		t.Errorf("status while commerce-api is down: %q", text)
+	}
+	t.Logf("page said reconnecting after %v", time.Since(began).Round(time.Millisecond))
+	s.apiProc = start(t, "commerce-api-2", "commerce-api", s.apiEnv)
+	waitHTTP(t, s.api+"/readyz")
+	within(t, ctx, 15*time.Second, "the page is live again after commerce-api restarts",
+		chromedp.WaitVisible(chromedp.CSS(`#status.live`)))
+	before = eval[string](t, ctx, count+`.textContent`)
+	within(t, ctx, 10*time.Second, "like again through the form",
+		chromedp.SetValue(chromedp.CSS(`#user`), "bob"),
+		chromedp.Click(chromedp.CSS(`button[data-action="like"]`)),
+	)
+	within(t, ctx, 2*time.Second, "the like count changes within 2 s after the reconnection",
+		until(fmt.Sprintf(`%s.textContent !== %q`, count, before)))
+	t.Logf("browser test took %v", time.Since(began).Round(time.Millisecond))
+}
+
+// waitLikes waits until the API reports product id with at least n likes.
+func (s *system) waitLikes(id, n int64, d time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		// The listing, not the product's page: that one is cached.
+		var page struct {
+			Items []struct{ ID, LikeCount int64 }
+		}
+		s.call("GET", "/products?sort=likes_desc&size=100", "", nil, &page)
+		var likes int64
+		for _, p := range page.Items {
+			if p.ID == id {
+				likes = p.LikeCount
+			}
+		}
+		if likes >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("product %d has %d likes after %v, want %d", id, likes, d, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

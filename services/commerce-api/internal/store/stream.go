@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ChangesChannel is the PostgreSQL notification channel product_metrics
+// writes notify on commit (migration 00006).
+const ChangesChannel = "product_metrics_changed"
+
+// ProductChange is a product's aggregates as committed.
+type ProductChange struct {
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	LikeCount   int64     `json:"likeCount"`
+	SalesCount  int64     `json:"salesCount"`
+	SalesAmount int64     `json:"salesAmount"`
+	ViewCount   int64     `json:"viewCount"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// ChangesSince returns, from one snapshot, every product whose aggregates
+// were last written by a transaction with id >= since, and the snapshot's
+// xmin as the watermark to pass next time. Every transaction below the
+// watermark has ended, so a change not returned now is returned by a later
+// call with the watermark. A since of 0 returns no rows, only the watermark.
+func (s *Store) ChangesSince(ctx context.Context, since uint64) (watermark uint64, changes []ProductChange, err error) {
+	err = s.readSnapshot(ctx, func(tx *sql.Tx) error {
+		// In REPEATABLE READ the first statement fixes the snapshot the
+		// next one reads.
+		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&watermark); err != nil {
+			return err
+		}
+		if since == 0 {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, `
+			SELECT m.product_id, COALESCE(p.name, ''), m.like_count, m.sales_count, m.sales_amount, m.view_count, m.updated_at
+			FROM product_metrics m LEFT JOIN products p ON p.id = m.product_id
+			WHERE m.change_xid >= $1::text::xid8
+			ORDER BY m.product_id`, fmt.Sprint(since))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var c ProductChange
+			if err := rows.Scan(&c.ID, &c.Name, &c.LikeCount, &c.SalesCount, &c.SalesAmount, &c.ViewCount, &c.UpdatedAt); err != nil {
+				return err
+			}
+			changes = append(changes, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("read product changes since %d: %w", since, err)
+	}
+	return watermark, changes, nil
+}
+
+func (s *Store) readSnapshot(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.sql.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Pipeline is what the database says about the pipeline's health.
+type Pipeline struct {
+	OutboxBacklog     int64         // outbox rows the relay has not published
+	OldestUnpublished time.Duration // age of the oldest of them
+	OutboxFailed      int64         // events the relay gave up on (outbox_failed)
+	Leader            string        // the relay lease's owner; "" when nobody holds it
+	LeaderToken       int64
+	// AppliedPerSec is the rate of order and view events recorded in
+	// event_handled over the last Window (likes keep no idempotency row).
+	AppliedPerSec float64
+	// E2ELagAvg and E2ELagMax are the time from the API's commit of an event
+	// to the consumer's commit of its effect, over the events of the last
+	// Window; nil when none was applied.
+	E2ELagAvg, E2ELagMax *time.Duration
+}
+
+// PipelineWindow is the span AppliedPerSec and the lags are measured over.
+const PipelineWindow = 2 * time.Second
+
+// PipelineStats reads the pipeline's health in one statement.
+func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
+	var (
+		p              Pipeline
+		oldest         float64
+		applied        int64
+		lagAvg, lagMax sql.NullFloat64
+		leader         sql.NullString
+		token          sql.NullInt64
+	)
+	err := s.sql.QueryRowContext(ctx, `
+		WITH backlog AS (
+			SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8 AS oldest
+			FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
+		), recent AS (
+			SELECT h.created_at, split_part(h.idempotency_key, ':', 2) AS event_id
+			FROM event_handled h
+			WHERE h.created_at > clock_timestamp() - $1::bigint * interval '1 microsecond'
+		), lag AS (
+			-- Keys are '{group}:{eventId}'; events from elsewhere may carry
+			-- ids that are not UUIDs, and have no outbox row anyway.
+			SELECT EXTRACT(EPOCH FROM avg(r.created_at - o.created_at))::float8 AS avg,
+			       EXTRACT(EPOCH FROM max(r.created_at - o.created_at))::float8 AS max
+			FROM recent r JOIN outbox o ON o.event_id = (CASE
+				WHEN r.event_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+				THEN r.event_id::uuid END)
+		)
+		SELECT b.n, b.oldest, (SELECT count(*) FROM outbox_failed),
+		       (SELECT owner FROM relay_lease WHERE lease_until > clock_timestamp() ORDER BY name LIMIT 1),
+		       (SELECT token FROM relay_lease WHERE lease_until > clock_timestamp() ORDER BY name LIMIT 1),
+		       (SELECT count(*) FROM recent), lag.avg, lag.max
+		FROM backlog b, lag`, PipelineWindow.Microseconds()).
+		Scan(&p.OutboxBacklog, &oldest, &p.OutboxFailed, &leader, &token, &applied, &lagAvg, &lagMax)
+	if err != nil {
+		return Pipeline{}, fmt.Errorf("read pipeline stats: %w", err)
+	}
+	p.OldestUnpublished = seconds(oldest)
+	p.Leader, p.LeaderToken = leader.String, token.Int64
+	p.AppliedPerSec = float64(applied) / PipelineWindow.Seconds()
+	if lagAvg.Valid && lagMax.Valid {
+		a, m := seconds(lagAvg.Float64), seconds(lagMax.Float64)
+		p.E2ELagAvg, p.E2ELagMax = &a, &m
+	}
+	return p, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// Listen calls notify once LISTEN is in place (notifications sent before
+// were lost, so the caller must look) and then once per notification on
+// channel, on a connection of its own. It returns when ctx ends or the
+// connection fails; the caller reconnects.
+func (s *Store) Listen(ctx context.Context, channel string, notify func()) error {
+	conn, err := s.pool.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", channel, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen on %s: %w", channel, err)
+	}
+	notify()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("listen on %s: %w", channel, err)
+		}
+		notify()
+	}
+}

@@ -1,0 +1,131 @@
+package stream
+
+import (
+	"context"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/cluster"
+)
+
+// Cluster supplies what only the running nodes know: which are alive, and
+// per consumer group the true lag. FromView adapts the cluster registry;
+// without it the summary carries the database's part only.
+type Cluster interface {
+	Summary(ctx context.Context) (ClusterSummary, error)
+}
+
+// ClusterSummary is the nodes' part of the pipeline summary.
+type ClusterSummary struct {
+	Nodes  []Node  `json:"nodes"`
+	Groups []Group `json:"groups"`
+}
+
+// Node is one registered service instance.
+type Node struct {
+	ID      string `json:"id"`
+	Service string `json:"service"`
+	Status  string `json:"status"` // ALIVE, SUSPECT or DOWN
+	Alive   bool   `json:"alive"`
+}
+
+// Group is one consumer group's progress.
+type Group struct {
+	Name string `json:"name"`
+	// Lag sums the owned partitions' true lag (records not yet completed,
+	// gaps included) from their owners' last heartbeats.
+	Lag        int64 `json:"lag"`
+	Partitions int   `json:"partitions"` // partitions with an owner
+	// DeadLetters and EventsPerSec are nil when the source does not know
+	// them (the cluster registry does not record them).
+	DeadLetters  *int64   `json:"deadLetters"`
+	EventsPerSec *float64 `json:"eventsPerSec"`
+}
+
+// Viewer reads the cluster registry (cluster.Member and cluster.Store do).
+type Viewer interface {
+	View(ctx context.Context) (cluster.View, error)
+}
+
+// FromView summarises a cluster registry for the stream.
+func FromView(v Viewer) Cluster { return viewCluster{v} }
+
+type viewCluster struct{ v Viewer }
+
+func (c viewCluster) Summary(ctx context.Context) (ClusterSummary, error) {
+	v, err := c.v.View(ctx)
+	if err != nil {
+		return ClusterSummary{}, err
+	}
+	return Summarize(v), nil
+}
+
+// Summarize reduces a cluster view to what the summary shows: nodes that
+// have not left, and per group the owned partitions and their total lag.
+func Summarize(v cluster.View) ClusterSummary {
+	s := ClusterSummary{Nodes: []Node{}, Groups: []Group{}}
+	for _, n := range v.Nodes {
+		if n.Status == "LEFT" {
+			continue
+		}
+		s.Nodes = append(s.Nodes, Node{ID: n.ID, Service: n.Service, Status: n.Status, Alive: n.Status == "ALIVE"})
+	}
+	for _, g := range v.Groups {
+		out := Group{Name: g.Group}
+		for _, p := range g.Partitions {
+			if p.ReleasedAt != nil {
+				continue
+			}
+			out.Partitions++
+			if p.TrueLag != nil {
+				out.Lag += *p.TrueLag
+			}
+		}
+		s.Groups = append(s.Groups, out)
+	}
+	return s
+}
+
+// Summary is the payload of a summary event.
+type Summary struct {
+	At                  time.Time `json:"at"`
+	OutboxBacklog       int64     `json:"outboxBacklog"`
+	OldestUnpublishedMs int64     `json:"oldestUnpublishedMs"`
+	OutboxFailed        int64     `json:"outboxFailed"`
+	Leader              string    `json:"leader"` // "" when no relay holds the lease
+	LeaderToken         int64     `json:"leaderToken"`
+	// EventsPerSec is the rate of order and view events applied to the
+	// aggregates (likes keep no idempotency row to count).
+	EventsPerSec float64 `json:"eventsPerSec"`
+	// LagAvgMs and LagMaxMs are the end-to-end lag (API commit to
+	// aggregate commit) of recently applied events; null when none was.
+	LagAvgMs *int64 `json:"lagAvgMs"`
+	LagMaxMs *int64 `json:"lagMaxMs"`
+	// Cluster is null when no cluster view is wired or it failed.
+	Cluster *ClusterSummary `json:"cluster"`
+	Streams int             `json:"streams"`
+}
+
+func (h *Hub) summary(ctx context.Context) (Summary, error) {
+	p, err := h.src.PipelineStats(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := Summary{
+		At: time.Now().UTC(), OutboxBacklog: p.OutboxBacklog, OldestUnpublishedMs: p.OldestUnpublished.Milliseconds(),
+		OutboxFailed: p.OutboxFailed, Leader: p.Leader, LeaderToken: p.LeaderToken,
+		EventsPerSec: p.AppliedPerSec, Streams: h.Open(),
+	}
+	if p.E2ELagAvg != nil && p.E2ELagMax != nil {
+		a, m := p.E2ELagAvg.Milliseconds(), p.E2ELagMax.Milliseconds()
+		s.LagAvgMs, s.LagMaxMs = &a, &m
+	}
+	if h.cluster != nil {
+		cs, err := h.cluster.Summary(ctx)
+		if err != nil {
+			h.log.WarnContext(ctx, "stream: read the cluster view", "err", err)
+		} else {
+			s.Cluster = &cs
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,239 @@
+// The live page: one EventSource on /api/v1/stream, the REST API for the
+// first lists and for actions. No framework, no build step.
+"use strict";
+
+const TOP = 8;                 // products per list
+const HISTORY = 60;            // chart points (one summary a second)
+const STALE_MS = 5000;         // no frame for this long: the stream is dead
+
+const products = new Map();    // id -> {id, name, likeCount, salesCount, viewCount, ...}
+const history = [];            // {eps, lag}
+const $ = (id) => document.getElementById(id);
+
+// ---- connection ---------------------------------------------------------
+
+let source = null;
+let lastEventId = "";
+let lastFrame = 0;
+
+function setStatus(live) {
+  const el = $("status");
+  el.className = "status " + (live ? "live" : "reconnecting");
+  el.textContent = live ? "live" : "disconnected — reconnecting…";
+}
+
+function connect() {
+  if (source) source.close();
+  // A new EventSource cannot send Last-Event-ID itself; the query says it.
+  const url = "/api/v1/stream" + (lastEventId ? "?lastEventId=" + encodeURIComponent(lastEventId) : "");
+  source = new EventSource(url);
+  lastFrame = Date.now();
+  source.onopen = () => { lastFrame = Date.now(); };
+  source.onerror = () => {
+    setStatus(false);
+    // CONNECTING: the browser retries by itself, with Last-Event-ID.
+    // CLOSED (an error status such as 503): retry ourselves.
+    if (source.readyState === EventSource.CLOSED) setTimeout(connect, 1000);
+  };
+  const seen = (e) => {
+    lastFrame = Date.now();
+    if (e.lastEventId) lastEventId = e.lastEventId;
+    setStatus(true);
+  };
+  source.addEventListener("ready", (e) => { seen(e); loadTops(); });
+  source.addEventListener("products", (e) => { seen(e); applyChanges(JSON.parse(e.data).products); });
+  source.addEventListener("summary", (e) => { seen(e); showSummary(JSON.parse(e.data)); });
+}
+
+// Summaries come every second; silence means a dead connection the browser
+// has not noticed (a killed server behind a proxy, a sleeping laptop).
+setInterval(() => {
+  if (Date.now() - lastFrame > STALE_MS) { setStatus(false); connect(); }
+}, 1000);
+
+// ---- products -----------------------------------------------------------
+
+async function loadTops() {
+  for (const sort of ["likes_desc", "sales_desc", "views_desc"]) {
+    try {
+      const r = await fetch(`/api/v1/products?sort=${sort}&size=${TOP}`, { headers: { Accept: "application/json" } });
+      if (!r.ok) continue;
+      for (const p of (await r.json()).items) merge(p, false);
+    } catch (_) { /* the stream's status says it */ }
+  }
+  render(new Set());
+}
+
+// merge records p; it returns the fields whose value changed.
+function merge(p, report) {
+  const old = products.get(p.id);
+  const next = Object.assign({}, old || {}, p);
+  products.set(p.id, next);
+  const changed = [];
+  if (report && old) for (const f of ["likeCount", "salesCount", "viewCount"]) if (old[f] !== next[f]) changed.push(f);
+  return changed;
+}
+
+function applyChanges(list) {
+  const flash = new Set();
+  for (const p of list) for (const f of merge(p, true)) flash.add(p.id + ":" + f);
+  render(flash);
+}
+
+function render(flash) {
+  for (const ol of document.querySelectorAll(".lists ol")) {
+    const field = ol.dataset.field;
+    const top = [...products.values()]
+      .sort((a, b) => (b[field] || 0) - (a[field] || 0) || b.id - a.id)
+      .slice(0, TOP);
+    // Reuse the row of a product so that only what changed moves or flashes.
+    const rows = new Map([...ol.children].map((li) => [li.dataset.id, li]));
+    ol.replaceChildren(...top.map((p) => {
+      let li = rows.get(String(p.id));
+      if (!li) {
+        li = document.createElement("li");
+        li.dataset.id = p.id;
+        li.innerHTML = '<span class="name"></span><span class="count"></span>';
+      }
+      li.querySelector(".name").textContent = `#${p.id} ${p.name || ""}`;
+      const c = li.querySelector(".count");
+      c.textContent = p[field] || 0;
+      if (flash.has(p.id + ":" + field)) {
+        c.classList.remove("flash");
+        void c.offsetWidth; // restart the animation
+        c.classList.add("flash");
+      }
+      return li;
+    }));
+  }
+}
+
+// ---- summary and chart --------------------------------------------------
+
+function ms(n) { return n == null ? "–" : n < 1000 ? `${n} ms` : `${(n / 1000).toFixed(1)} s`; }
+
+function showSummary(s) {
+  $("s-backlog").textContent = s.outboxBacklog;
+  $("s-oldest").textContent = s.outboxBacklog ? ms(s.oldestUnpublishedMs) : "–";
+  $("s-leader").textContent = s.leader ? `${s.leader} (term ${s.leaderToken})` : "none";
+  $("s-failed").textContent = s.outboxFailed;
+  $("s-streams").textContent = s.streams;
+  const c = s.cluster;
+  $("s-nodes").textContent = c ? nodesText(c.nodes) : "no cluster view";
+  if (c) {
+    $("s-groups").replaceChildren(...c.groups.map((g) => {
+      const tr = document.createElement("tr");
+      // Dead letters show only when the cluster source counts them.
+      const dlt = g.deadLetters == null ? "" : ` · ${g.deadLetters} dead letters`;
+      for (const v of [g.name, g.partitions, g.lag + dlt]) {
+        const td = document.createElement("td");
+        td.textContent = v;
+        tr.append(td);
+      }
+      return tr;
+    }));
+  }
+  const eps = s.eventsPerSec;
+  history.push({ eps, lag: s.lagMaxMs });
+  if (history.length > HISTORY) history.shift();
+  $("chart-now").textContent = `${eps.toFixed(1)} order and view events/s · lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
+  drawChart();
+}
+
+// nodesText counts alive nodes per service: "3 / 3 (api 1, relay 2)".
+function nodesText(nodes) {
+  const per = {};
+  for (const n of nodes) per[n.service] = (per[n.service] || 0) + (n.alive ? 1 : 0);
+  const parts = Object.entries(per).map(([svc, k]) => `${svc} ${k}`).join(", ");
+  return `${nodes.filter((n) => n.alive).length} / ${nodes.length}` + (parts ? ` (${parts})` : "");
+}
+
+function drawChart() {
+  const cv = $("chart");
+  const dpr = window.devicePixelRatio || 1;
+  const w = cv.clientWidth, h = cv.clientHeight;
+  if (cv.width !== w * dpr) { cv.width = w * dpr; cv.height = h * dpr; }
+  const g = cv.getContext("2d");
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.clearRect(0, 0, w, h);
+  const pad = 24, step = (w - 2 * pad) / (HISTORY - 1);
+  const series = [
+    { key: "eps", color: "#4fb3ff", unit: "/s", side: pad },
+    { key: "lag", color: "#ffb020", unit: " ms", side: w - pad },
+  ];
+  g.strokeStyle = "#2a3340";
+  g.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) {
+    const y = pad + (h - 2 * pad) * i / 4;
+    g.beginPath(); g.moveTo(pad, y); g.lineTo(w - pad, y); g.stroke();
+  }
+  g.font = "11px system-ui";
+  for (const s of series) {
+    const top = Math.max(1, ...history.map((p) => p[s.key] || 0)) * 1.1;
+    g.strokeStyle = s.color;
+    g.lineWidth = 2;
+    g.beginPath();
+    let pen = false;
+    history.forEach((p, i) => {
+      if (p[s.key] == null) { pen = false; return; }
+      const x = pad + (HISTORY - history.length + i) * step;
+      const y = h - pad - (h - 2 * pad) * p[s.key] / top;
+      pen ? g.lineTo(x, y) : g.moveTo(x, y);
+      pen = true;
+    });
+    g.stroke();
+    g.fillStyle = s.color;
+    g.textAlign = s.side === pad ? "left" : "right";
+    g.fillText(Math.round(top) + s.unit, s.side, pad - 8);
+  }
+}
+
+// ---- actions ------------------------------------------------------------
+
+function log(text, bad) {
+  const li = document.createElement("li");
+  li.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+  if (bad) li.className = "err";
+  $("log").prepend(li);
+  while ($("log").children.length > 30) $("log").lastChild.remove();
+}
+
+async function call(method, path, body) {
+  const headers = { Accept: "application/json", "X-User-ID": $("user").value.trim() };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch("/api/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { /* not JSON */ }
+  if (!r.ok) throw new Error(`${method} ${path} → ${r.status} ${data && data.detail ? data.detail : text}`);
+  log(`${method} ${path} → ${r.status}`);
+  return data;
+}
+
+const actions = {
+  like: (id) => call("POST", `/products/${id}/likes`),
+  unlike: (id) => call("DELETE", `/products/${id}/likes`),
+  view: async (id) => merge(await call("GET", `/products/${id}`), false),
+  buy: async (id) => {
+    const order = await call("POST", "/orders", { items: [{ productId: id, quantity: Number($("qty").value) }] });
+    await call("POST", `/orders/${order.id}/payments`);
+  },
+  create: async () => {
+    const p = await call("POST", "/products", {
+      name: $("p-name").value, price: Number($("p-price").value), stock: Number($("p-stock").value),
+    });
+    $("product").value = p.id;
+    merge(p, false);
+    render(new Set());
+  },
+};
+
+$("actions").addEventListener("click", async (e) => {
+  const action = e.target.dataset && e.target.dataset.action;
+  if (!action) return;
+  if (!$("actions").reportValidity()) return;
+  try { await actions[action](Number($("product").value)); } catch (err) { log(err.message, true); }
+});
+window.addEventListener("resize", drawChart);
+
+connect();
