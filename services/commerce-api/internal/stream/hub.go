@@ -280,7 +280,7 @@ func (h *Hub) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		h.log.WarnContext(ctx, "stream: listening for product changes failed; retrying", "err", err, "backoff", backoff)
+		h.log.WarnContext(ctx, "stream: listening for product changes failed; retrying", "error", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -310,7 +310,7 @@ func (h *Hub) flush(ctx context.Context) {
 	wm, changes, err := h.src.ChangesSince(ctx, h.cursor)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read product changes", "err", err)
+			h.log.WarnContext(ctx, "stream: read product changes", "error", err)
 		}
 		return
 	}
@@ -356,7 +356,7 @@ func (h *Hub) broadcastSummary(ctx context.Context) {
 	sum, err := h.summary(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read pipeline summary", "err", err)
+			h.log.WarnContext(ctx, "stream: read pipeline summary", "error", err)
 		}
 		return
 	}

@@ -122,7 +122,7 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 	if h.cluster != nil {
 		cs, err := h.cluster.Summary(ctx)
 		if err != nil {
-			h.log.WarnContext(ctx, "stream: read the cluster view", "err", err)
+			h.log.WarnContext(ctx, "stream: read the cluster view", "error", err)
 		} else {
 			s.Cluster = &cs
 		}
