@@ -160,7 +160,7 @@ func TestRevokedOwnerLateWriteRejected(t *testing.T) {
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
 	t.Cleanup(func() { a.store.Close(); b.store.Close() })
 	stats := func() pcon.Stats {
-		return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3}}}
+		return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3, DeadLettered: 1}}}
 	}
 	a.WatchStats("g", stats)
 	b.WatchStats("g", stats)
@@ -189,6 +189,9 @@ func TestRevokedOwnerLateWriteRejected(t *testing.T) {
 	}
 	if p.LastHandoff.Committed != 12 || p.LastHandoff.Completed != 7 {
 		t.Errorf("handoff = %+v, want committed 12, completed 7", p.LastHandoff)
+	}
+	if p.Processed == nil || *p.Processed != 3 || p.DeadLettered == nil || *p.DeadLettered != 1 {
+		t.Errorf("counters published with the heartbeat: processed %v, dead-lettered %v; want 3 and 1", p.Processed, p.DeadLettered)
 	}
 }
 

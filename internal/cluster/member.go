@@ -350,7 +350,8 @@ func (m *Member) publishLag(ctx context.Context) error {
 					o.ready = true
 					m.metrics.ready.WithLabelValues(group).Observe(time.Since(o.assignedAt).Seconds())
 				}
-				r = lagReport{claim: c, Version: o.version, TrueLag: p.TrueLag, GapSize: int64(p.GapSize), Blocking: p.Blocking, Handled: o.ready}
+				r = lagReport{claim: c, Version: o.version, TrueLag: p.TrueLag, GapSize: int64(p.GapSize), Blocking: p.Blocking, Handled: o.ready,
+					Processed: int64(p.Processed), DeadLettered: int64(p.DeadLettered)}
 			}
 			m.mu.Unlock()
 			if r.Version > 0 {

@@ -158,6 +158,9 @@ type lagReport struct {
 	GapSize  int64
 	Blocking int64 // -1: nothing blocks
 	Handled  bool  // a record was handled during this assignment
+	// Processed and DeadLettered are pcon's counters for the partition in
+	// this process.
+	Processed, DeadLettered int64
 }
 
 // publishLag writes the reports whose version still matches and returns the
@@ -170,23 +173,27 @@ func (s *Store) publishLag(ctx context.Context, nodeID string, rs []lagReport) (
 		groups, topics                  []string
 		parts                           []int32
 		versions, lags, gaps, blockings []int64
+		processed, deadLettered         []int64
 		handled                         []bool
 	)
 	for _, r := range rs {
 		groups, topics, parts = append(groups, r.Group), append(topics, r.Topic), append(parts, r.Partition)
 		versions, lags, gaps = append(versions, r.Version), append(lags, r.TrueLag), append(gaps, r.GapSize)
 		blockings, handled = append(blockings, r.Blocking), append(handled, r.Handled)
+		processed, deadLettered = append(processed, r.Processed), append(deadLettered, r.DeadLettered)
 	}
 	rows, err := s.pool.Query(ctx, `
 		UPDATE cluster_assignments a SET
 			true_lag = u.lag, gap_size = u.gap, blocking = NULLIF(u.blocking, -1), lag_at = now(),
-			first_handled_at = COALESCE(a.first_handled_at, CASE WHEN u.handled THEN now() END)
-		FROM unnest($2::text[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bool[])
-			AS u(group_id, topic, partition, version, lag, gap, blocking, handled)
+			first_handled_at = COALESCE(a.first_handled_at, CASE WHEN u.handled THEN now() END),
+			processed = u.processed, dead_lettered = u.dead_lettered
+		FROM unnest($2::text[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bool[],
+		            $10::bigint[], $11::bigint[])
+			AS u(group_id, topic, partition, version, lag, gap, blocking, handled, processed, dead_lettered)
 		WHERE a.group_id = u.group_id AND a.topic = u.topic AND a.partition = u.partition
 		  AND a.node_id = $1 AND a.version = u.version AND a.released_at IS NULL
 		RETURNING a.group_id, a.topic, a.partition`,
-		nodeID, groups, topics, parts, versions, lags, gaps, blockings, handled)
+		nodeID, groups, topics, parts, versions, lags, gaps, blockings, handled, processed, deadLettered)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: publish lag: %w", err)
 	}

@@ -90,6 +90,11 @@ type Partition struct {
 	Blocking       *int64     `json:"blocking"`
 	LagAt          *time.Time `json:"lagAt"`
 	FirstHandledAt *time.Time `json:"firstHandledAt"`
+	// Processed and DeadLettered are the owner process's counts of records
+	// of the partition handled and dead-lettered since that process
+	// started, from its last heartbeat; nil until it published one.
+	Processed    *int64 `json:"processed"`
+	DeadLettered *int64 `json:"deadLettered"`
 	// LastHandoff is the latest release of the partition, nil if none.
 	LastHandoff *Handoff `json:"lastHandoff"`
 }
@@ -153,6 +158,7 @@ func (s *Store) readGroups(ctx context.Context, tx pgx.Tx, v *View) error {
 	rows, err := tx.Query(ctx, `
 		SELECT a.group_id, a.topic, a.partition, a.node_id, COALESCE(n.status, ''), a.epoch, a.version,
 		       a.assigned_at, a.released_at, a.moves, a.true_lag, a.gap_size, a.blocking, a.lag_at, a.first_handled_at,
+		       a.processed, a.dead_lettered,
 		       h.node_id, h.version, h.committed, h.completed, h.applied, h.released_at
 		FROM cluster_assignments a
 		LEFT JOIN cluster_node_status n ON n.node_id = a.node_id
@@ -176,6 +182,7 @@ func (s *Store) readGroups(ctx context.Context, tx pgx.Tx, v *View) error {
 		)
 		if err := rows.Scan(&group, &p.Topic, &p.Partition, &p.Owner, &p.OwnerStatus, &p.Epoch, &p.Version,
 			&p.AssignedAt, &p.ReleasedAt, &p.Moves, &p.TrueLag, &p.GapSize, &p.Blocking, &p.LagAt, &p.FirstHandledAt,
+			&p.Processed, &p.DeadLettered,
 			&hNode, &hVer, &hCommit, &hComplete, &hApplied, &hAt); err != nil {
 			return err
 		}

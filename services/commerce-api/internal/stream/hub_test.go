@@ -443,8 +443,8 @@ func TestSummarize(t *testing.T) {
 			{ID: "relay-0", Service: "outbox-relay", Status: "LEFT"},
 		},
 		Groups: []cluster.Group{{Group: "product-likes", Partitions: []cluster.Partition{
-			{Topic: "like-events", Partition: 0, Owner: "c-1", TrueLag: lag(3)},
-			{Topic: "like-events", Partition: 1, Owner: "c-1", TrueLag: lag(4)},
+			{Topic: "like-events", Partition: 0, Owner: "c-1", TrueLag: lag(3), DeadLettered: lag(2)},
+			{Topic: "like-events", Partition: 1, Owner: "c-1", TrueLag: lag(4), DeadLettered: lag(1)},
 			{Topic: "like-events", Partition: 2, Owner: "c-2"}, // no heartbeat with lag yet
 			{Topic: "like-events", Partition: 3, Owner: "c-0", TrueLag: lag(100), ReleasedAt: &released},
 		}}},
@@ -454,10 +454,49 @@ func TestSummarize(t *testing.T) {
 			{ID: "api-1", Service: "commerce-api", Status: "ALIVE", Alive: true},
 			{ID: "relay-1", Service: "outbox-relay", Status: "SUSPECT"},
 		},
-		Groups: []stream.Group{{Name: "product-likes", Lag: 7, Partitions: 3}},
+		Groups: []stream.Group{{Name: "product-likes", Lag: 7, Partitions: 3, DeadLetters: lag(3)}},
 	}
 	if diff := cmp.Diff(want, stream.Summarize(v)); diff != "" {
 		t.Errorf("Summarize (-want +got):\n%s", diff)
+	}
+}
+
+// views hands out the cluster views of a test, one per call.
+type views []cluster.View
+
+func (v *views) View(context.Context) (cluster.View, error) {
+	next := (*v)[0]
+	*v = (*v)[1:]
+	return next, nil
+}
+
+// TestGroupRates: a group's events per second come from the owners'
+// counters of two successive summaries, and are unknown on the first one
+// and across a change of owner (the counters are per process).
+func TestGroupRates(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	view := func(owner string, processed int64) cluster.View {
+		return cluster.View{Groups: []cluster.Group{{Group: "g", Partitions: []cluster.Partition{
+			{Topic: "t", Partition: 0, Owner: owner, Processed: n(processed)},
+		}}}}
+	}
+	vs := views{view("c-1", 100), view("c-1", 1100), view("c-2", 5)}
+	src := stream.FromView(&vs)
+	var got []*float64
+	for range 3 {
+		s, err := src.Summary(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s.Groups[0].EventsPerSec)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got[0] != nil || got[2] != nil {
+		t.Errorf("rates %v: want none on the first summary and after the owner changed", got)
+	}
+	// 1,000 records over about 50 ms.
+	if got[1] == nil || *got[1] < 1_000 || *got[1] > 20_000 {
+		t.Errorf("rate between the first two summaries = %v, want between 1,000/s and 20,000/s (1,000 records in at least 50 ms)", got[1])
 	}
 }
 

@@ -2,6 +2,9 @@ package stream
 
 import (
 	"context"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
@@ -35,8 +38,11 @@ type Group struct {
 	// gaps included) from their owners' last heartbeats.
 	Lag        int64 `json:"lag"`
 	Partitions int   `json:"partitions"` // partitions with an owner
-	// DeadLetters and EventsPerSec are nil when the source does not know
-	// them (the cluster registry does not record them).
+	// DeadLetters sums what the owning processes dead-lettered since they
+	// started; nil until an owner reported. EventsPerSec is the rate of
+	// records the owners handled between the two latest summaries; nil on
+	// the first, or when a partition changed owner in between (the
+	// counters are per process).
 	DeadLetters  *int64   `json:"deadLetters"`
 	EventsPerSec *float64 `json:"eventsPerSec"`
 }
@@ -47,16 +53,83 @@ type Viewer interface {
 }
 
 // FromView summarises a cluster registry for the stream.
-func FromView(v Viewer) Cluster { return viewCluster{v} }
+func FromView(v Viewer) Cluster { return &viewCluster{v: v} }
 
-type viewCluster struct{ v Viewer }
+type viewCluster struct {
+	v Viewer
 
-func (c viewCluster) Summary(ctx context.Context) (ClusterSummary, error) {
+	mu   sync.Mutex
+	prev *sample // the previous summary's counters, for the rates
+}
+
+func (c *viewCluster) Summary(ctx context.Context) (ClusterSummary, error) {
 	v, err := c.v.View(ctx)
 	if err != nil {
 		return ClusterSummary{}, err
 	}
-	return Summarize(v), nil
+	s := Summarize(v)
+	cur := sampleOf(v, time.Now())
+	c.mu.Lock()
+	prev := c.prev
+	c.prev = &cur
+	c.mu.Unlock()
+	if prev != nil {
+		rates(s.Groups, *prev, cur)
+	}
+	return s, nil
+}
+
+// sample is the processed counters of the owned partitions at one time,
+// keyed by group, and who owned them.
+type sample struct {
+	at        time.Time
+	processed map[string]int64  // per group
+	owners    map[string]string // group/topic/partition -> owner
+}
+
+func sampleOf(v cluster.View, at time.Time) sample {
+	s := sample{at: at, processed: map[string]int64{}, owners: map[string]string{}}
+	for _, g := range v.Groups {
+		for _, p := range g.Partitions {
+			if p.ReleasedAt != nil || p.Processed == nil {
+				continue
+			}
+			s.processed[g.Group] += *p.Processed
+			s.owners[g.Group+"/"+p.Topic+"/"+strconv.Itoa(int(p.Partition))] = p.Owner
+		}
+	}
+	return s
+}
+
+// rates sets each group's EventsPerSec from two samples, unless one of its
+// partitions changed owner (or appeared, or went) in between: the counters
+// are per process and would not subtract.
+func rates(groups []Group, prev, cur sample) {
+	dt := cur.at.Sub(prev.at).Seconds()
+	if dt <= 0 {
+		return
+	}
+	moved := map[string]bool{}
+	for k, owner := range cur.owners {
+		if prev.owners[k] != owner {
+			moved[k[:strings.IndexByte(k, '/')]] = true
+		}
+	}
+	for k := range prev.owners {
+		if _, ok := cur.owners[k]; !ok {
+			moved[k[:strings.IndexByte(k, '/')]] = true
+		}
+	}
+	for i := range groups {
+		name := groups[i].Name
+		now, ok := cur.processed[name]
+		before, had := prev.processed[name]
+		if !ok || !had || moved[name] || now < before {
+			continue
+		}
+		r := float64(now-before) / dt
+		groups[i].EventsPerSec = &r
+	}
 }
 
 // Summarize reduces a cluster view to what the summary shows: nodes that
@@ -78,6 +151,9 @@ func Summarize(v cluster.View) ClusterSummary {
 			out.Partitions++
 			if p.TrueLag != nil {
 				out.Lag += *p.TrueLag
+			}
+			if p.DeadLettered != nil {
+				out.DeadLetters = addTo(out.DeadLetters, *p.DeadLettered)
 			}
 		}
 		s.Groups = append(s.Groups, out)
@@ -128,4 +204,12 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+func addTo(sum *int64, n int64) *int64 {
+	if sum == nil {
+		return &n
+	}
+	*sum += n
+	return sum
 }

@@ -123,9 +123,10 @@ function showSummary(s) {
   if (c) {
     $("s-groups").replaceChildren(...c.groups.map((g) => {
       const tr = document.createElement("tr");
-      // Dead letters show only when the cluster source counts them.
+      // Dead letters and the rate show once the owners reported them.
       const dlt = g.deadLetters == null ? "" : ` · ${g.deadLetters} dead letters`;
-      for (const v of [g.name, g.partitions, g.lag + dlt]) {
+      const rate = g.eventsPerSec == null ? "" : ` · ${Math.round(g.eventsPerSec)}/s`;
+      for (const v of [g.name, g.partitions, g.lag + rate + dlt]) {
         const td = document.createElement("td");
         td.textContent = v;
         tr.append(td);
