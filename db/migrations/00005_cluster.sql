@@ -85,10 +85,6 @@ CREATE TABLE cluster_assignments (
     blocking      BIGINT,
     lag_at        TIMESTAMPTZ,
     first_handled_at TIMESTAMPTZ,
-    -- The owner process's pcon counters for the partition (they count since
-    -- that process started), from its last heartbeat.
-    processed     BIGINT,
-    dead_lettered BIGINT,
     moves         BIGINT       NOT NULL DEFAULT 0,
     PRIMARY KEY (group_id, topic, partition)
 );
