@@ -33,6 +33,9 @@ type fixture struct {
 	seq      int64
 }
 
+// fixtureIssued is the outbox id a fixture's database has issued so far.
+const fixtureIssued = 1_000_000
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	reg := events.NewRegistry()
@@ -46,6 +49,11 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { sp.Close() })
 	f.producer = sp
+	// The events a test writes straight to Kafka carry sequences the outbox
+	// must have issued: like events beyond its last id are refused.
+	if _, err := f.conn(t).Exec(context.Background(), `SELECT setval('outbox_id_seq', $1)`, fixtureIssued); err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 

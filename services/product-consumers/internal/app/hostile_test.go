@@ -70,6 +70,9 @@ func TestHostileRecordsAreIsolated(t *testing.T) {
 		{"like with the largest sequence", "like-events", func(f *fixture, t *testing.T) *sarama.ProducerMessage {
 			return setHeader(like(f, t, "mallory"), "ce_sequence", fmt.Sprint(int64(math.MaxInt64)))
 		}},
+		{"like with a sequence beyond any the outbox issued", "like-events", func(f *fixture, t *testing.T) *sarama.ProducerMessage {
+			return setHeader(like(f, t, "mallory"), "ce_sequence", fmt.Sprint(2*fixtureIssued))
+		}},
 		{"view whose id is longer than the idempotency key allows", "product-events", func(f *fixture, t *testing.T) *sarama.ProducerMessage {
 			return setHeader(view(f, t), "ce_id", strings.Repeat("x", 300))
 		}},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -64,6 +65,7 @@ type Handlers struct {
 	outcome *prometheus.CounterVec
 	horizon time.Duration
 	now     func() time.Time
+	issued  atomic.Int64 // the highest outbox id known to be issued
 }
 
 // New returns Handlers applying events to st and deleting entries of cache.
@@ -142,6 +144,26 @@ func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, 
 	return msg, nil
 }
 
+// issuedSequence refuses, permanently, a like event whose sequence is beyond
+// any outbox id issued so far: it can only be forged, and the like state
+// would take it as the newest change of its (user, product) forever, so that
+// every real change after it is ignored. The highest id issued is read again
+// only when an event goes past the one known.
+func (h *Handlers) issuedSequence(ctx context.Context, m events.Message) error {
+	if m.Sequence <= h.issued.Load() {
+		return nil
+	}
+	issued, err := h.store.IssuedSequence(ctx)
+	if err != nil {
+		return err // retried: the database decides, not this guess
+	}
+	h.issued.Store(issued)
+	if m.Sequence > issued {
+		return pcon.Permanent(fmt.Errorf("event %s: %w: sequence %d is beyond the highest outbox id issued (%d)", m.ID, events.ErrBadData, m.Sequence, issued))
+	}
+	return nil
+}
+
 // storeErr makes the database's refusal of the data itself (SQLSTATE
 // classes 22 and 23) permanent: the same rows would be refused again. A
 // batch's error names no record, so pcon first retries the batch's records
@@ -213,7 +235,7 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 // runs of a product's records in order; once one of a product's records
 // failed, pcon runs the product's later records of the batch again after
 // it, so they are left out here instead of being applied twice.
-func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) bool) (ok []events.Message, failed map[int]error) {
+func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) error) (ok []events.Message, failed map[int]error) {
 	failed = map[int]error{}
 	var broken map[string]bool // record keys with a failed record in this batch
 	for i, r := range rs {
@@ -221,8 +243,8 @@ func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept fu
 			continue
 		}
 		msg, err := h.decode(ctx, r)
-		if err == nil && !accept(msg) {
-			err = unexpected(msg)
+		if err == nil {
+			err = accept(msg)
 		}
 		if err != nil {
 			failed[i] = err
@@ -245,9 +267,11 @@ func batchResult(failed map[int]error) error {
 }
 
 func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
-	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
-		_, ok := m.Event.(events.ProductViewedV1)
-		return ok
+	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
+		if _, ok := m.Event.(events.ProductViewedV1); !ok {
+			return unexpected(m)
+		}
+		return nil
 	})
 	views := make([]store.View, 0, len(msgs))
 	for _, m := range msgs {
@@ -268,12 +292,12 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 }
 
 func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
-	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) bool {
+	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
 		switch m.Event.(type) {
 		case events.LikeCreatedV1, events.LikeCanceledV1:
-			return true
+			return h.issuedSequence(ctx, m)
 		}
-		return false
+		return unexpected(m)
 	})
 	changes := make([]store.LikeChange, len(msgs))
 	for i, m := range msgs {

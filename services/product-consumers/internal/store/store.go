@@ -38,6 +38,16 @@ func Open(ctx context.Context, databaseURL string, o pg.Options) (*Store, error)
 	return &Store{db: db}, nil
 }
 
+// IssuedSequence returns the highest outbox id drawn so far: no legitimate
+// event's sequence (its first outbox id) is above it.
+func (s *Store) IssuedSequence(ctx context.Context) (int64, error) {
+	var last int64
+	if err := s.db.Pool.QueryRow(ctx, `SELECT last_value FROM outbox_id_seq`).Scan(&last); err != nil {
+		return 0, fmt.Errorf("read the outbox's last id: %w", pg.MapErr(err))
+	}
+	return last, nil
+}
+
 // Close releases the connections.
 func (s *Store) Close() { s.db.Close() }
 
