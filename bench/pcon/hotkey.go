@@ -50,16 +50,13 @@ func (b *bench) hotKeys(out io.Writer) error {
 		}
 		var p, s float64
 		for round := range b.o.rounds {
-			var peak uint64
-			var before uint64
 			sample := round == 0 && sc.topic == "hot-one"
+			stop := func() (uint64, uint64) { return 0, 0 }
 			if sample {
-				runtime.GC()
-				before = heapBytes()
+				stop = b.sampleHeap()
 			}
-			stop := b.sampleHeap(sample, &peak)
 			pr, err := b.batch(sc.topic, b.o.hotRecords, 0)
-			stop()
+			before, peak := stop()
 			if err != nil {
 				return err
 			}
@@ -104,14 +101,14 @@ func (b *bench) batch(topic string, n, maxRun int) (float64, error) {
 	return measure(prog, c.Run)
 }
 
-// sampleHeap records the peak heap every 20 ms while on; the returned func
-// stops it.
-func (b *bench) sampleHeap(on bool, peak *uint64) func() {
-	if !on {
-		return func() {}
-	}
+// sampleHeap collects garbage, reads the Go heap, then samples it every
+// 20 ms until the returned stop is called, which reports the heap before and
+// its peak. Each new peak also writes the -memprofile heap profile.
+func (b *bench) sampleHeap() (stop func() (before, peak uint64)) {
+	runtime.GC()
+	before := heapBytes()
 	var max atomic.Uint64
-	max.Store(heapBytes())
+	max.Store(before)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -124,14 +121,15 @@ func (b *bench) sampleHeap(on bool, peak *uint64) func() {
 			case <-t.C:
 				if h := heapBytes(); h > max.Load() {
 					max.Store(h)
+					b.writeHeapProfile()
 				}
 			}
 		}
 	})
-	return func() {
+	return func() (uint64, uint64) {
 		close(done)
 		wg.Wait()
-		*peak = max.Load()
+		return before, max.Load()
 	}
 }
 

@@ -22,7 +22,6 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -306,37 +305,14 @@ func (b *bench) memory(out io.Writer) error {
 			return err
 		}
 	}
-	runtime.GC()
-	before := heapBytes()
-	var peak atomic.Uint64
-	peak.Store(before)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(20 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if h := heapBytes(); h > peak.Load() {
-					peak.Store(h)
-					b.writeHeapProfile()
-				}
-			}
-		}
-	}()
+	stop := b.sampleHeap()
 	rate, err := b.pcon(topic, b.o.memoryRecords, 5*time.Millisecond)
-	close(stop)
-	wg.Wait()
+	before, peak := stop()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\nmemory: %d-record backlog, 5ms handler: %.0f rec/s, peak Go heap %.1f MB (%.1f MB before consuming, which includes the in-process broker's copy of the backlog); target < 150 MB: %s\n",
-		b.o.memoryRecords, rate, mb(peak.Load()), mb(before), verdict(peak.Load() < 150<<20, "peak heap"))
+		b.o.memoryRecords, rate, mb(peak), mb(before), verdict(peak < 150<<20, "peak heap"))
 	return nil
 }
 
