@@ -57,7 +57,7 @@ func Load(l *config.Loader) Config {
 		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
 		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),
-		InstanceID:       l.String("CONSUMER_INSTANCE_ID", ""),
+		InstanceID:       l.Computed("CONSUMER_INSTANCE_ID", "defaultInstanceID()", defaultInstanceID),
 		HandlerTimeout:   l.Duration("CONSUMER_HANDLER_TIMEOUT", 30*time.Second),
 		MaxAttempts:      l.PositiveInt("CONSUMER_MAX_ATTEMPTS", 3),
 		RetryBackoff:     l.Duration("CONSUMER_RETRY_BACKOFF", time.Second),
@@ -82,9 +82,6 @@ func Load(l *config.Loader) Config {
 	c.Reclaim.MaxRedrives = l.PositiveInt("RECLAIM_MAX_REDRIVES", 3)
 	if c.RebalanceTimeout <= revokeGrace {
 		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
-	}
-	if c.InstanceID == "" {
-		c.InstanceID = defaultInstanceID()
 	}
 	if !validInstanceID(c.InstanceID) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
