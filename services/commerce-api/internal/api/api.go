@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
@@ -30,13 +31,18 @@ var OpenAPI []byte
 // UserHeader carries the acting user's id.
 const UserHeader = "X-User-ID"
 
-// ProductCache caches product detail bodies (cache-aside). Its errors never
-// fail a request: the database stays the source of truth.
+// ProductCache caches product detail bodies (cache-aside, with the
+// invalidation protocol of internal/productcache). Its errors never fail a
+// request: the database stays the source of truth.
 type ProductCache interface {
-	Get(ctx context.Context, id int64) (body []byte, ok bool, err error)
-	Set(ctx context.Context, id int64, body []byte) error
-	Delete(ctx context.Context, ids ...int64) error
+	Get(ctx context.Context, id int64) (productcache.Entry, error)
+	Fill(ctx context.Context, id int64, seen productcache.Entry, body []byte) (bool, error)
+	Invalidate(ctx context.Context, ids ...int64) error
 }
+
+// cacheTimeout bounds every cache call: a slow cache must cost a request
+// little more than a missing one, which is served from the database.
+const cacheTimeout = 100 * time.Millisecond
 
 // Deps are the handler's dependencies. Cache may be nil (no caching).
 type Deps struct {
@@ -73,17 +79,30 @@ func NewHandler(d Deps) (http.Handler, error) {
 	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
-	if d.RequestTimeout > 0 {
-		// After the metrics middleware, which must see the client's own
-		// context to tell an abandoned request from a timed-out one.
-		r.Use(deadline(d.RequestTimeout))
-	}
+	// Set before any route, so that every sub-router inherits them.
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return newRequestError(http.StatusNotFound, "no route for "+quoteShort(r.URL.Path))
 	}))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return newRequestError(http.StatusMethodNotAllowed, "method "+quoteShort(r.Method)+" is not allowed on "+quoteShort(r.URL.Path))
 	}))
+	// The stream lives as long as its client: it is the one route outside
+	// the request deadline (its writes carry their own, per frame). It is
+	// registered before the deadline's group, on the same path prefix.
+	r.Get("/api/v1/stream", s.handle(s.streamEvents))
+	r.Group(func(r chi.Router) {
+		if d.RequestTimeout > 0 {
+			// After the metrics middleware, which must see the client's
+			// own context to tell an abandoned request from a timed-out one.
+			r.Use(deadline(d.RequestTimeout))
+		}
+		s.routes(r, d)
+	})
+	return r, nil
+}
+
+// routes registers every route that answers within the request deadline.
+func (s *server) routes(r chi.Router, d Deps) {
 	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
@@ -92,7 +111,6 @@ func NewHandler(d Deps) (http.Handler, error) {
 	r.Get("/", web.Index)
 	r.Handle("/static/*", web.Static())
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Get("/stream", s.handle(s.streamEvents))
 		r.Post("/products", s.handle(s.createProduct))
 		r.Get("/products", s.handle(s.listProducts))
 		r.Get("/products/{id}", s.handle(s.getProduct))
@@ -105,7 +123,6 @@ func NewHandler(d Deps) (http.Handler, error) {
 			r.Get("/cluster", s.handle(clusterView(d.Cluster)))
 		}
 	})
-	return r, nil
 }
 
 // handle adapts a handler that returns an error.
@@ -178,7 +195,9 @@ func (s *server) invalidate(ctx context.Context, ids ...int64) {
 	if s.cache == nil || len(ids) == 0 {
 		return
 	}
-	if err := s.cache.Delete(context.WithoutCancel(ctx), ids...); err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cacheTimeout)
+	defer cancel()
+	if err := s.cache.Invalidate(ctx, ids...); err != nil {
 		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, "error", err)
 	}
 }

@@ -42,11 +42,11 @@ func TestProductCache(t *testing.T) {
 	}
 	exists := func() bool {
 		t.Helper()
-		n, err := rdb.Exists(ctx, key).Result()
+		e, err := c.Get(ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n == 1
+		return e.Hit
 	}
 
 	first := get()

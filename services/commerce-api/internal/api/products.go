@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
@@ -93,7 +94,8 @@ func (s *server) createProduct(w http.ResponseWriter, r *http.Request) error {
 }
 
 // getProduct serves a product's detail and records the view. With a cache,
-// a hit skips reading the product but still records the view.
+// a hit skips reading the product but still records the view; a miss fills
+// the cache only if no invalidation came while the database was read.
 func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r)
 	if err != nil {
@@ -104,16 +106,19 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
+	var seen productcache.Entry
 	if s.cache != nil {
-		body, ok, err := s.cache.Get(ctx, id)
+		cctx, cancel := context.WithTimeout(ctx, cacheTimeout)
+		seen, err = s.cache.Get(cctx, id)
+		cancel()
 		if err != nil {
 			s.log.WarnContext(ctx, "product cache read failed", "product", id, "error", err)
 		}
-		if ok {
+		if seen.Hit {
 			if err := s.st.RecordView(ctx, id, viewer); err != nil {
 				return err
 			}
-			writeBody(w, http.StatusOK, body)
+			writeBody(w, http.StatusOK, seen.Body)
 			return nil
 		}
 	}
@@ -126,9 +131,11 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if s.cache != nil {
-		if err := s.cache.Set(ctx, id, body); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, cacheTimeout)
+		if _, err := s.cache.Fill(cctx, id, seen, body); err != nil {
 			s.log.WarnContext(ctx, "product cache write failed", "product", id, "error", err)
 		}
+		cancel()
 	}
 	writeBody(w, http.StatusOK, body)
 	return nil

@@ -4,14 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
-
-// ChangesChannel is the PostgreSQL notification channel product_metrics
-// writes notify on commit (migration 00006).
-const ChangesChannel = "product_metrics_changed"
 
 // ProductChange is a product's aggregates as committed.
 type ProductChange struct {
@@ -22,45 +17,121 @@ type ProductChange struct {
 	SalesAmount int64     `json:"salesAmount"`
 	ViewCount   int64     `json:"viewCount"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+	// XID is the id of the transaction that wrote the row last; a read
+	// from watermark W returns the row again as long as XID >= W.
+	XID uint64 `json:"-"`
 }
 
-// ChangesSince returns, from one snapshot, every product whose aggregates
+// Changes is one read of product_metrics' changes.
+type Changes struct {
+	// Watermark is the snapshot's xmin: pass it as since next time.
+	Watermark uint64
+	// Products are the changed rows, in change_xid order.
+	Products []ProductChange
+	// Complete is false when more than the limit changed since since: then
+	// Products is empty, and the caller must start over from a snapshot.
+	Complete bool
+}
+
+const changeColumns = `m.product_id, COALESCE(p.name, ''), m.like_count, m.sales_count, m.sales_amount, m.view_count,
+	m.updated_at, m.change_xid::text::bigint
+	FROM product_metrics m LEFT JOIN products p ON p.id = m.product_id`
+
+// ChangesSince returns, from one snapshot, the products whose aggregates
 // were last written by a transaction with id >= since, and the snapshot's
 // xmin as the watermark to pass next time. Every transaction below the
 // watermark has ended, so a change not returned now is returned by a later
 // call with the watermark. A since of 0 returns no rows, only the watermark.
-func (s *Store) ChangesSince(ctx context.Context, since uint64) (watermark uint64, changes []ProductChange, err error) {
-	err = s.readSnapshot(ctx, func(tx *sql.Tx) error {
+//
+// It reads at most limit+1 rows along product_metrics_change_xid_idx,
+// whatever the catalogue's size: when more than limit products changed, it
+// returns none of them and Complete false.
+func (s *Store) ChangesSince(ctx context.Context, since uint64, limit int) (Changes, error) {
+	out := Changes{Complete: true}
+	err := s.readSnapshot(ctx, func(tx *sql.Tx) error {
 		// In REPEATABLE READ the first statement fixes the snapshot the
 		// next one reads.
-		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&watermark); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&out.Watermark); err != nil {
 			return err
 		}
 		if since == 0 {
 			return nil
 		}
-		rows, err := tx.QueryContext(ctx, `
-			SELECT m.product_id, COALESCE(p.name, ''), m.like_count, m.sales_count, m.sales_amount, m.view_count, m.updated_at
-			FROM product_metrics m LEFT JOIN products p ON p.id = m.product_id
+		rows, err := scanChanges(ctx, tx, `SELECT `+changeColumns+`
 			WHERE m.change_xid >= $1::text::xid8
-			ORDER BY m.product_id`, fmt.Sprint(since))
+			ORDER BY m.change_xid LIMIT $2`, strconv.FormatUint(since, 10), limit+1)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var c ProductChange
-			if err := rows.Scan(&c.ID, &c.Name, &c.LikeCount, &c.SalesCount, &c.SalesAmount, &c.ViewCount, &c.UpdatedAt); err != nil {
-				return err
-			}
-			changes = append(changes, c)
+		if len(rows) > limit {
+			out.Complete = false
+			return nil
 		}
-		return rows.Err()
+		out.Products = rows
+		return nil
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("read product changes since %d: %w", since, err)
+		return Changes{}, fmt.Errorf("read product changes since %d: %w", since, mapErr(err))
 	}
-	return watermark, changes, nil
+	return out, nil
+}
+
+// Snapshot is the leading products of each aggregate, read from one
+// snapshot, and the watermark to follow the changes from.
+type Snapshot struct {
+	Watermark uint64
+	// Products holds, without repeats, the top n products by likes, by
+	// sales and by views (ties: the newest product first).
+	Products []ProductChange
+}
+
+// TopProducts reads the top n products by each aggregate along the listing
+// indexes: at most 3n rows, whatever the catalogue's size.
+func (s *Store) TopProducts(ctx context.Context, n int) (Snapshot, error) {
+	var out Snapshot
+	err := s.readSnapshot(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&out.Watermark); err != nil {
+			return err
+		}
+		seen := map[int64]bool{}
+		for _, col := range []string{"like_count", "sales_count", "view_count"} {
+			// col is one of the constants above, never input; each has
+			// an index (col DESC, product_id DESC).
+			rows, err := scanChanges(ctx, tx, `SELECT `+changeColumns+`
+				ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT $1`, n)
+			if err != nil {
+				return err
+			}
+			for _, c := range rows {
+				if !seen[c.ID] {
+					seen[c.ID] = true
+					out.Products = append(out.Products, c)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("read the top %d products: %w", n, mapErr(err))
+	}
+	return out, nil
+}
+
+func scanChanges(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ProductChange, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ProductChange
+	for rows.Next() {
+		var c ProductChange
+		if err := rows.Scan(&c.ID, &c.Name, &c.LikeCount, &c.SalesCount, &c.SalesAmount, &c.ViewCount, &c.UpdatedAt, &c.XID); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 func (s *Store) readSnapshot(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -141,25 +212,3 @@ func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-
-// Listen calls notify once LISTEN is in place (notifications sent before
-// were lost, so the caller must look) and then once per notification on
-// channel, on a connection of its own. It returns when ctx ends or the
-// connection fails; the caller reconnects.
-func (s *Store) Listen(ctx context.Context, channel string, notify func()) error {
-	conn, err := s.pool.Connect(ctx)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", channel, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen on %s: %w", channel, err)
-	}
-	notify()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("listen on %s: %w", channel, err)
-		}
-		notify()
-	}
-}

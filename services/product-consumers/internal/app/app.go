@@ -22,6 +22,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
@@ -53,7 +54,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := consumer.New(events.NewRegistry(), st, redisCache{rdb}, logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
+	h, err := consumer.New(events.NewRegistry(), st, productcache.New(rdb, 0), logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
 	if err != nil {
 		return err
 	}
@@ -215,10 +216,4 @@ func saramaConfig(cfg Config) *sarama.Config {
 	c.Net.ReadTimeout = cfg.RebalanceTimeout + 15*time.Second
 	c.Producer.RequiredAcks = sarama.WaitForAll
 	return c
-}
-
-type redisCache struct{ c *redis.Client }
-
-func (r redisCache) Del(ctx context.Context, keys ...string) error {
-	return r.c.Del(ctx, keys...).Err()
 }

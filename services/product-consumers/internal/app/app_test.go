@@ -94,8 +94,12 @@ func TestConsumersAggregate(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	rdb := f.redis(t)
-	if err := rdb.Set(ctx, productcache.Key(3), "cached", 0).Err(); err != nil {
-		t.Fatal(err)
+	// Cached pages of a product whose stock runs out and of the two whose
+	// aggregates change: each must be invalidated.
+	for _, id := range []int64{1, 2, 3} {
+		if err := rdb.Set(ctx, productcache.Key(id), `{"cached":true}`, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sp, send, event := f.producer, f.sender(t), f.event(t)
 
@@ -159,11 +163,21 @@ func TestConsumersAggregate(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("product_metrics mismatch (-want +got):\n%s", diff)
 	}
-	for rdb.Exists(ctx, productcache.Key(3)).Val() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the depleted product's cache entry was never deleted")
+	pages := productcache.New(rdb, 0)
+	for _, id := range []int64{1, 2, 3} {
+		for {
+			e, err := pages.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !e.Hit {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("product %d's cached page was never invalidated", id)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 
 	// Both bad records are in the dead-letter topic with their origin.

@@ -16,7 +16,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
@@ -51,10 +50,16 @@ type Spec struct {
 	Handler pcon.Handler
 }
 
-// Cache deletes cached product details.
+// Cache invalidates cached product details (internal/productcache's
+// protocol, shared with commerce-api, which fills them).
 type Cache interface {
-	Del(ctx context.Context, keys ...string) error
+	Invalidate(ctx context.Context, ids ...int64) error
 }
+
+// invalidateTimeout bounds the invalidation after an aggregate commit: the
+// commit stands whatever Redis does, and a slow cache must not slow the
+// consumers.
+const invalidateTimeout = 100 * time.Millisecond
 
 // Handlers builds the consumers' handlers.
 type Handlers struct {
@@ -63,9 +68,12 @@ type Handlers struct {
 	cache   Cache
 	logger  *slog.Logger
 	outcome *prometheus.CounterVec
-	horizon time.Duration
-	now     func() time.Time
-	issued  atomic.Int64 // the highest outbox id known to be issued
+	// invalidateFailed counts invalidations after a commit that failed:
+	// those products' pages may be served stale for up to the cache's TTL.
+	invalidateFailed prometheus.Counter
+	horizon          time.Duration
+	now              func() time.Time
+	issued           atomic.Int64 // the highest outbox id known to be issued
 }
 
 // New returns Handlers applying events to st and deleting entries of cache.
@@ -81,10 +89,33 @@ func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger
 		Name: "product_consumer_events_total",
 		Help: "Events handled by each product consumer, by outcome: applied; duplicate (already handled, superseded in its batch, or no newer than the stored state); expired (older than the idempotency horizon, skipped).",
 	}, []string{"consumer", "outcome"})
-	if err := metrics.Register(outcome); err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
+	failed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "product_consumer_cache_invalidation_failures_total",
+		Help: "Product cache invalidations after an aggregate commit that failed; those pages may be stale for up to PRODUCT_CACHE_TTL.",
+	})
+	for _, c := range []prometheus.Collector{outcome, failed} {
+		if err := metrics.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
 	}
-	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome, horizon: horizon, now: time.Now}, nil
+	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome, invalidateFailed: failed, horizon: horizon, now: time.Now}, nil
+}
+
+// invalidate drops the cached pages of products whose aggregates a commit
+// just changed, so that the product page shows the change at once instead
+// of after the cache's TTL. It never fails the handler: the aggregates are
+// committed, and retrying them for the cache's sake would hold the
+// partition back while Redis is down.
+func (h *Handlers) invalidate(ctx context.Context, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, invalidateTimeout)
+	defer cancel()
+	if err := h.cache.Invalidate(ctx, ids...); err != nil {
+		h.invalidateFailed.Inc()
+		h.logger.Warn("product cache invalidation failed", "products", len(ids), "error", err)
+	}
 }
 
 // expired reports whether msg is older than the idempotency horizon, and
@@ -210,6 +241,11 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 		return nil
 	}
 	h.count(Order, "applied", 1)
+	ids := make([]int64, len(sales))
+	for i, sale := range sales {
+		ids[i] = sale.ProductID
+	}
+	h.invalidate(ctx, ids)
 	return nil
 }
 
@@ -223,7 +259,7 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 		return unexpected(msg)
 	}
 	// Deleting is idempotent, so no idempotency record is needed.
-	if err := h.cache.Del(ctx, productcache.Key(depleted.ProductID)); err != nil {
+	if err := h.cache.Invalidate(ctx, depleted.ProductID); err != nil {
 		return fmt.Errorf("invalidate product %d: %w", depleted.ProductID, err)
 	}
 	h.count(Stock, "applied", 1)
@@ -287,6 +323,9 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 		}
 		h.count(View, "applied", applied)
 		h.count(View, "duplicate", len(views)-applied)
+		if applied > 0 {
+			h.invalidate(ctx, distinct(len(views), func(i int) int64 { return views[i].ProductID }))
+		}
 	}
 	return batchResult(failed)
 }
@@ -315,6 +354,22 @@ func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
 		}
 		h.count(Like, "applied", res.Transitions)
 		h.count(Like, "duplicate", len(changes)-res.Transitions)
+		if res.Transitions > 0 {
+			h.invalidate(ctx, distinct(len(changes), func(i int) int64 { return changes[i].ProductID }))
+		}
 	}
 	return batchResult(failed)
+}
+
+// distinct returns the distinct values of id(0..n-1), in first-seen order.
+func distinct(n int, id func(int) int64) []int64 {
+	seen := make(map[int64]bool, n)
+	out := make([]int64, 0, n)
+	for i := range n {
+		if v := id(i); !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -1,0 +1,8 @@
+package stream
+
+// Remembered is how many products the hub keeps the last broadcast state of.
+func (h *Hub) Remembered() int {
+	h.readMu.Lock()
+	defer h.readMu.Unlock()
+	return len(h.sent)
+}
