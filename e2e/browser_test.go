@@ -157,6 +157,20 @@ func TestLivePage(t *testing.T) {
 		until(fmt.Sprintf(`%s.textContent !== %q`, count, before)))
 	t.Logf("like count on the page went from %s to the next value %v after the click", before, time.Since(liked).Round(time.Millisecond))
 
+	// The page stays live: REQUEST_TIMEOUT (5 s, the default here) must not
+	// end its stream. Any change of the status away from "live" counts.
+	eval[bool](t, ctx, `(() => {
+		const el = document.getElementById("status");
+		window.notLive = 0;
+		new MutationObserver(() => { if (!el.classList.contains("live")) window.notLive++; })
+			.observe(el, {attributes: true, childList: true, characterData: true, subtree: true});
+		return true;
+	})()`)
+	time.Sleep(15 * time.Second)
+	if n := eval[int](t, ctx, `window.notLive`); n != 0 || eval[string](t, ctx, `document.getElementById("status").className`) != "status live" {
+		t.Errorf("the page left \"live\" %d times in 15 s", n)
+	}
+
 	// The screenshot; the README's once the chart has a few seconds of
 	// history.
 	update := os.Getenv("UPDATE_SCREENSHOT") == "1"

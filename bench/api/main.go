@@ -4,6 +4,13 @@
 // issued directly with pgx at the same concurrency. It prints both and their
 // ratio; the target is that the API reaches 70 % of the direct figure.
 //
+// A second table puts the cost of the outbox's wake-up on record: the outbox
+// write transaction (one insert, one commit) with its NOTIFY trigger and
+// without it, at the same concurrency, in the same alternating rounds. A
+// transaction that notifies holds PostgreSQL's database-wide notify lock
+// from pre-commit until its commit record is flushed, so such commits
+// cannot group-commit.
+//
 //	eval "$(scripts/testenv.sh)" && go run ./bench/api
 package main
 
@@ -76,7 +83,11 @@ type side struct {
 	products []int64
 	pair     func(ctx context.Context, client int, product int64) error
 	close    func()
+	once     sync.Once
 }
+
+// shut closes the side once, however often it is called.
+func (sd *side) shut() { sd.once.Do(sd.close) }
 
 func run(ctx context.Context, logger *slog.Logger, o options) error {
 	if o.clients < 1 || o.products < 1 || o.pool < 1 || o.rounds < 1 || o.duration <= 0 {
@@ -86,26 +97,18 @@ func run(ctx context.Context, logger *slog.Logger, o options) error {
 	if err != nil {
 		return fmt.Errorf("direct SQL: %w", err)
 	}
-	defer direct.close()
+	defer direct.shut()
 	viaAPI, err := newAPI(ctx, logger, o)
 	if err != nil {
 		return fmt.Errorf("API: %w", err)
 	}
-	defer viaAPI.close()
-	sides := []*side{direct, viaAPI}
-	results := make([]result, len(sides))
-	slice := o.duration / time.Duration(o.rounds)
-	for range o.rounds {
-		for i, sd := range sides {
-			r, err := drive(ctx, slice, o.clients, sd)
-			if err != nil {
-				return fmt.Errorf("%s: %w", sd.name, err)
-			}
-			results[i].name = sd.name
-			results[i].pairs += r.pairs
-			results[i].secs += r.secs
-		}
+	defer viaAPI.shut()
+	results, err := rounds(ctx, o, direct, viaAPI)
+	if err != nil {
+		return err
 	}
+	direct.shut()
+	viaAPI.shut()
 	fmt.Printf("like+unlike pairs, %d clients, %d products, %d DB connections, %s each in %d alternating rounds\n\n",
 		o.clients, o.products, o.pool, o.duration, o.rounds)
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -120,7 +123,50 @@ func run(ctx context.Context, logger *slog.Logger, o options) error {
 		verdict = "is below"
 	}
 	fmt.Printf("\nAPI/direct = %.2f; %s the 0.70 target\n", ratio, verdict)
+
+	// The outbox sides run after the first two have closed their
+	// connections: all four at once would pass max_connections.
+	silent, err := newOutboxSide(ctx, o, false)
+	if err != nil {
+		return fmt.Errorf("outbox without NOTIFY: %w", err)
+	}
+	defer silent.shut()
+	notifying, err := newOutboxSide(ctx, o, true)
+	if err != nil {
+		return fmt.Errorf("outbox with NOTIFY: %w", err)
+	}
+	defer notifying.shut()
+	if results, err = rounds(ctx, o, silent, notifying); err != nil {
+		return err
+	}
+	fmt.Printf("\noutbox write transactions (one insert each), %d clients, %d DB connections, %s each in %d alternating rounds\n\n",
+		o.clients, o.pool, o.duration, o.rounds)
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "transaction\tcommits\tcommits/s\tvs without NOTIFY\t")
+	for _, r := range results {
+		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.2f×\t\n", r.name, r.pairs, r.rate(), r.rate()/results[0].rate())
+	}
+	w.Flush()
 	return nil
+}
+
+// rounds drives the sides in turn, o.rounds times, and sums each side's
+// counts, so that a change in the machine's load hits them alike.
+func rounds(ctx context.Context, o options, sides ...*side) ([]result, error) {
+	results := make([]result, len(sides))
+	slice := o.duration / time.Duration(o.rounds)
+	for range o.rounds {
+		for i, sd := range sides {
+			r, err := drive(ctx, slice, o.clients, sd)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", sd.name, err)
+			}
+			results[i].name = sd.name
+			results[i].pairs += r.pairs
+			results[i].secs += r.secs
+		}
+	}
+	return results, nil
 }
 
 // newDatabase creates a fresh migrated database holding o.products products.
@@ -187,15 +233,7 @@ func newDirect(ctx context.Context, o options) (*side, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err == nil {
-		cfg.MaxConns = int32(o.pool)
-		cfg.MinConns = int32(o.pool)
-	}
-	var pool *pgxpool.Pool
-	if err == nil {
-		pool, err = pgxpool.NewWithConfig(ctx, cfg)
-	}
+	pool, err := newPool(ctx, url, o.pool)
 	if err != nil {
 		_ = drop()
 		return nil, err
@@ -233,6 +271,56 @@ func newDirect(ctx context.Context, o options) (*side, error) {
 	}
 	return &side{name: "direct SQL (pgx)", products: products, pair: pair,
 		close: func() { pool.Close(); _ = drop() }}, nil
+}
+
+func newPool(ctx context.Context, url string, size int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns, cfg.MinConns = int32(size), int32(size)
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// newOutboxSide commits one outbox row per transaction, as every API write
+// does, on a database whose outbox NOTIFY trigger is on or off.
+func newOutboxSide(ctx context.Context, o options, notify bool) (*side, error) {
+	url, products, drop, err := newDatabase(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := newPool(ctx, url, o.pool)
+	if err == nil && !notify {
+		_, err = pool.Exec(ctx, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify`)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		_ = drop()
+		return nil, err
+	}
+	rec, err := events.NewRegistry().Marshal(events.ProductViewedV1{ProductID: products[0], UserID: "bench"})
+	if err != nil {
+		pool.Close()
+		_ = drop()
+		return nil, err
+	}
+	insert := func(ctx context.Context, _ int, _ int64) error {
+		e, err := outbox.NewEntry("commerce-api", rec)
+		if err != nil {
+			return err
+		}
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := outbox.Insert(ctx, tx.QueryRow, e)
+			return err
+		})
+	}
+	name := "outbox insert, no NOTIFY"
+	if notify {
+		name = "outbox insert + NOTIFY (shipped)"
+	}
+	return &side{name: name, products: products, pair: insert, close: func() { pool.Close(); _ = drop() }}, nil
 }
 
 func userOf(ev any) string {

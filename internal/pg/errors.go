@@ -82,7 +82,11 @@ func sentinel(err error) error {
 			return ErrRetryable
 		case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03",
 			code == "53300", // too many connections
-			code == "57014": // statement timeout: a stalled or overloaded server
+			code == "57014", // statement timeout: a stalled or overloaded server
+			// The NOTIFY queue is full (a listener stuck in a transaction):
+			// the commit of a transaction that notifies fails until the
+			// listener moves on. Nothing about the data is wrong.
+			code == "54000":
 			return ErrUnavailable
 		}
 		return nil

@@ -14,7 +14,7 @@
 // not by the TTL; the TTL only bounds an entry whose invalidation failed
 // (Redis unreachable from the writer at that moment).
 //
-//	c := productcache.New(client, 30*time.Second)
+//	c, err := productcache.Open(redisURL, 30*time.Second)
 //	e, err := c.Get(ctx, id)        // e.Hit: serve e.Body
 //	body := readFromDatabase()
 //	err = c.Fill(ctx, id, e, body)  // cached only if no invalidation came between
@@ -54,10 +54,29 @@ type Cache struct {
 	ttl    time.Duration
 }
 
-// New returns a cache on client whose bodies live for ttl.
-func New(client *redis.Client, ttl time.Duration) *Cache {
-	return &Cache{client: client, ttl: ttl}
+// Open returns a cache on the Redis at url (redis:// or rediss://) whose
+// bodies live for ttl (only fills use it). It does not connect: see Ping.
+// Every call honours its context's deadline, so a caller bounds what a slow
+// Redis costs it (go-redis would otherwise wait its own read timeout).
+func Open(url string, ttl time.Duration) (*Cache, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	return &Cache{client: redis.NewClient(opts), ttl: ttl}, nil
 }
+
+// Ping checks that Redis answers.
+func (c *Cache) Ping(ctx context.Context) error {
+	if err := c.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connections.
+func (c *Cache) Close() error { return c.client.Close() }
 
 // Entry is what Get saw: a body to serve, or the state a Fill must find.
 type Entry struct {

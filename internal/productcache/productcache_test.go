@@ -13,13 +13,19 @@ import (
 
 func newCache(t *testing.T) (*productcache.Cache, *redis.Client) {
 	t.Helper()
-	opts, err := redis.ParseURL(testenv.RedisURL(t))
+	url := testenv.RedisURL(t)
+	c, err := productcache.Open(url, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	opts, err := redis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
-	return productcache.New(rdb, 30*time.Second), rdb
+	return c, rdb
 }
 
 // TestFillRace: a reader that read the database before a writer's commit

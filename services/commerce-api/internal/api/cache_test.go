@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -13,14 +14,13 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
-	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
 )
 
 func TestProductCache(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := testenv.RedisURL(t)
-	c, err := cache.NewRedis(ctx, url, 30*time.Second)
+	c, err := productcache.Open(url, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,5 +84,45 @@ func TestProductCache(t *testing.T) {
 	}
 	if got := get(); got.Name != "renamed" || got.Stock != 0 {
 		t.Errorf("after invalidation got %+v, want the database's name and stock", got)
+	}
+}
+
+// TestSlowCacheServesFromDatabase: a cache that accepts connections and
+// never answers costs a request its cache timeouts, not the request's
+// deadline: the page is served from the database.
+func TestSlowCacheServesFromDatabase(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // read nothing, answer nothing
+		}
+	}()
+	slow, err := productcache.Open("redis://"+ln.Addr().String()+"/0", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	e := newEnv(t, func(d *api.Deps) {
+		d.Cache = slow
+		d.RequestTimeout = 2 * time.Second
+	})
+	p := e.createProduct(t, "lamp", 100, 1)
+	for _, step := range []struct{ method, path, user string }{
+		{"GET", fmt.Sprintf("/api/v1/products/%d", p), ""},
+		{"POST", fmt.Sprintf("/api/v1/products/%d/likes", p), "fan"}, // invalidates after its commit
+		{"GET", fmt.Sprintf("/api/v1/products/%d", p), "fan"},
+	} {
+		if r := e.do(t, step.method, step.path, step.user, ""); r.Status != http.StatusOK {
+			t.Errorf("%s %s with a cache that never answers: %d %s", step.method, step.path, r.Status, r.Body)
+		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
-	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/cache"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
@@ -29,7 +29,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	}
 	defer st.Close()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newNotifyQueue(st.NotifyQueueUsage, logger))
 	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "commerce-api", Roles: []string{"api"}}, logger, reg)
 	if err != nil {
 		return err
@@ -47,11 +48,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 		Cluster:        member,
 	}
 	if cfg.RedisURL != "" {
-		c, err := cache.NewRedis(ctx, cfg.RedisURL, cfg.ProductCacheTTL)
+		c, err := productcache.Open(cfg.RedisURL, cfg.ProductCacheTTL)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		if err := c.Ping(ctx); err != nil {
+			return err
+		}
 		deps.Cache = c
 	}
 	scfg := stream.DefaultConfig()

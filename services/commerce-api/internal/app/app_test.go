@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,15 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("%s: %d", path, resp.StatusCode)
 		}
+	}
+	metrics, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	if !strings.Contains(string(body), "\ncommerce_api_pg_notify_queue_usage 0\n") {
+		t.Errorf("/metrics has no commerce_api_pg_notify_queue_usage of 0:\n%s", body)
 	}
 	resp, err := http.Get("http://" + addr + "/api/v1/stream")
 	if err != nil {

@@ -30,6 +30,7 @@ func TestMapErrCodes(t *testing.T) {
 		{"08001", ErrUnavailable},  // unable to connect
 		{"53300", ErrUnavailable},  // too many connections
 		{"57014", ErrUnavailable},  // statement timeout
+		{"54000", ErrUnavailable},  // too many notifications in the NOTIFY queue
 		{"23505", ErrConflict},
 		{"23503", ErrNotFound},
 	}

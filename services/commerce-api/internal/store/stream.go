@@ -212,3 +212,14 @@ func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// NotifyQueueUsage returns the fraction (0 to 1) of PostgreSQL's NOTIFY
+// queue in use. The outbox's wake-up notifies on every insert; when the
+// queue is full (a listener stuck in a transaction), those commits fail.
+func (s *Store) NotifyQueueUsage(ctx context.Context) (float64, error) {
+	var u float64
+	if err := s.sql.QueryRowContext(ctx, `SELECT pg_notification_queue_usage()`).Scan(&u); err != nil {
+		return 0, fmt.Errorf("read the notify queue usage: %w", mapErr(err))
+	}
+	return u, nil
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
@@ -45,16 +44,15 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	ropts, err := redis.ParseURL(cfg.RedisURL)
+	pages, err := productcache.Open(cfg.RedisURL, 0) // invalidates only
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
-	rdb := redis.NewClient(ropts)
-	defer rdb.Close()
+	defer pages.Close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := consumer.New(events.NewRegistry(), st, productcache.New(rdb, 0), logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
+	h, err := consumer.New(events.NewRegistry(), st, pages, logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
 	if err != nil {
 		return err
 	}
@@ -151,7 +149,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	mux := http.NewServeMux()
 	httpserver.Ops(mux, reg, map[string]httpserver.Check{
 		httpserver.DatabaseCheck: st.Ping,
-		"redis":                  func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"redis":                  pages.Ping,
 	}, httpserver.WithLogger(logger))
 
 	ctx, cancel := context.WithCancel(ctx)

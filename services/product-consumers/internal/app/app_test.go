@@ -163,7 +163,11 @@ func TestConsumersAggregate(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("product_metrics mismatch (-want +got):\n%s", diff)
 	}
-	pages := productcache.New(rdb, 0)
+	pages, err := productcache.Open(f.redisURL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pages.Close()
 	for _, id := range []int64{1, 2, 3} {
 		for {
 			e, err := pages.Get(ctx, id)

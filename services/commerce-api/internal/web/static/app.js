@@ -42,6 +42,14 @@ function connect() {
   };
   source.addEventListener("ready", (e) => { seen(e); loadTops(); });
   source.addEventListener("products", (e) => { seen(e); applyChanges(JSON.parse(e.data).products); });
+  // The server could not say what changed since lastEventId cheaply (too
+  // much, or an id it never handed out): start over from its top products.
+  source.addEventListener("reset", (e) => {
+    seen(e);
+    products.clear();
+    for (const p of JSON.parse(e.data).products) merge(p, false);
+    render(new Set());
+  });
   source.addEventListener("summary", (e) => { seen(e); showSummary(JSON.parse(e.data)); });
 }
 

@@ -1,0 +1,95 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+)
+
+// TestStreamOutlivesRequestTimeout runs the service with its shipped
+// defaults (only the addresses set) and holds a stream for three times
+// REQUEST_TIMEOUT: it must stay open and carry a summary every second,
+// while an ordinary request still has its deadline.
+func TestStreamOutlivesRequestTimeout(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "REDIS_URL": testenv.RedisURL(t), "HTTP_ADDR": "127.0.0.1:0"}
+	cfg, err := LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.RequestTimeout <= 0 {
+		t.Fatalf("the shipped REQUEST_TIMEOUT is %v; this test needs one", cfg.RequestTimeout)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned before serving: %v", err)
+	}
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	resp, err := http.Get("http://" + addr + "/api/v1/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	hold := 3 * cfg.RequestTimeout
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	start, last := time.Now(), time.Now()
+	summaries := 0
+	var longest time.Duration
+	for time.Since(start) < hold {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("the stream ended after %v (%d summaries); REQUEST_TIMEOUT is %v",
+					time.Since(start).Round(time.Millisecond), summaries, cfg.RequestTimeout)
+			}
+			if line == "event: summary" {
+				summaries++
+				longest = max(longest, time.Since(last))
+				last = time.Now()
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nothing on the stream for 5 s after %v", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	t.Logf("stream held %v (REQUEST_TIMEOUT %v): %d summaries, longest gap %v", hold, cfg.RequestTimeout, summaries, longest.Round(time.Millisecond))
+	// A summary a second (the shipped SummaryEvery), a little slack for a
+	// loaded machine.
+	if want := int(hold/time.Second) - 2; summaries < want || longest > 2500*time.Millisecond {
+		t.Errorf("%d summaries in %v, longest gap %v; want at least %d, none more than 2.5 s apart", summaries, hold, longest, want)
+	}
+	// Other routes keep their deadline: the page's own request returns.
+	r, err := http.Get("http://" + addr + "/api/v1/products")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		t.Errorf("GET /api/v1/products during the stream: %d %q", r.StatusCode, r.Header.Get("Content-Type"))
+	}
+}
