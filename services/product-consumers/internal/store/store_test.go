@@ -256,3 +256,27 @@ func TestPurgeHandled(t *testing.T) {
 		t.Fatalf("%d rows left, %v; want the 10 recent ones", left, err)
 	}
 }
+
+// TestAggregateWritesDoNotNotify: no trigger on the tables an aggregate
+// commit writes may NOTIFY. A notifying transaction holds PostgreSQL's
+// database-wide notify lock from pre-commit until its commit record is
+// flushed, so every consumer commit would queue behind every other one.
+func TestAggregateWritesDoNotNotify(t *testing.T) {
+	t.Parallel()
+	_, conn := open(t)
+	rows, err := conn.Query(context.Background(), `
+		SELECT t.tgrelid::regclass::text || '.' || t.tgname
+		FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		WHERE t.tgrelid IN ('product_metrics'::regclass, 'event_handled'::regclass, 'product_like_state'::regclass)
+		  AND p.prosrc ILIKE '%notify%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Errorf("triggers that NOTIFY on the aggregate write path: %v", names)
+	}
+}
