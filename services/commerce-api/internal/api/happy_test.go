@@ -33,7 +33,7 @@ func TestProductCreateAndView(t *testing.T) {
 		t.Errorf("product without metrics (-want +got):\n%s", diff)
 	}
 	// The aggregates come from product_metrics, which product-consumers own.
-	e.db.Exec(t, `INSERT INTO product_metrics (product_id, like_count, sales_count, sales_amount, view_count) VALUES ($1, 3, 4, 180000, 9)`, created.ID)
+	e.db.Exec(t, `UPDATE product_metrics SET like_count = 3, sales_count = 4, sales_amount = 180000, view_count = 9 WHERE product_id = $1`, created.ID)
 	got = decode[productBody](t, e.do(t, "GET", fmt.Sprintf("/api/v1/products/%d", created.ID), "", ""), http.StatusOK)
 	want.LikeCount, want.SalesCount, want.SalesAmount, want.ViewCount = 3, 4, 180000, 9
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -56,8 +56,8 @@ func TestProductList(t *testing.T) {
 	a := e.createProduct(t, "a", 100, 1)
 	b := e.createProduct(t, "b", 200, 1)
 	c := e.createProduct(t, "c", 300, 1)
-	e.db.Exec(t, `INSERT INTO product_metrics (product_id, like_count, sales_count, sales_amount, view_count)
-		VALUES ($1, 5, 1, 100, 2), ($2, 1, 7, 1400, 3)`, a, b)
+	e.db.Exec(t, `UPDATE product_metrics m SET like_count = v.l, sales_count = v.s, sales_amount = v.a, view_count = v.w
+		FROM (VALUES ($1::bigint, 5, 1, 100, 2), ($2::bigint, 1, 7, 1400, 3)) v(id, l, s, a, w) WHERE m.product_id = v.id`, a, b)
 
 	ids := func(p pageBody) []int64 {
 		var out []int64

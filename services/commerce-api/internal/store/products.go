@@ -133,14 +133,12 @@ func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size i
 
 // listQuery builds the statement of one listing page.
 //
-// A sort by an aggregate cannot be written as ORDER BY COALESCE(m.col, 0)
-// over products LEFT JOIN product_metrics: no index holds that expression,
-// so PostgreSQL would join and sort the whole catalog for every page. The
-// page is instead merged from two index-ordered runs, each read no further
-// than offset+size rows: the products whose count is positive, in the order
-// of product_metrics' (col DESC, product_id DESC) index, then the products
-// whose count is zero or absent, newest first along the primary key. Both
-// runs end in "count DESC, id DESC" order, so the merge is that order.
+// Every product has its product_metrics row (migration 00009), so a sort
+// by an aggregate is one range scan of that column's (col DESC, product_id
+// DESC) index: the page's offset is skipped on the index alone (a metrics
+// row whose product does not exist is skipped by a primary-key probe), and
+// only the page's rows are joined to products. The newest-first order skips
+// its offset on the primary key alone, the same way.
 func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 	col, ok := sortColumn[sort]
 	if !ok {
@@ -151,23 +149,17 @@ func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 		return "", nil, fmt.Errorf("page %d of size %d: %w: the offset must be at most %d", page, size, ErrInvalidInput, ListWindow)
 	}
 	if col == "" {
-		return `SELECT ` + productColumns + ` ORDER BY p.id DESC LIMIT ? OFFSET ?`, []any{size, offset}, nil
+		return `WITH page AS (SELECT id FROM products ORDER BY id DESC LIMIT ? OFFSET ?)
+		SELECT ` + productColumns + ` JOIN page ON page.id = p.id ORDER BY p.id DESC`, []any{size, offset}, nil
 	}
 	// col is one of sortColumn's constants, never input.
-	reach := offset + int64(size)
 	return `WITH page AS (
-		SELECT id, k FROM (
-			(SELECT m.product_id AS id, m.` + col + ` AS k FROM product_metrics m
-				WHERE m.` + col + ` > 0 AND EXISTS (SELECT 1 FROM products x WHERE x.id = m.product_id)
-				ORDER BY m.` + col + ` DESC, m.product_id DESC LIMIT ?)
-			UNION ALL
-			(SELECT x.id, 0 FROM products x
-				WHERE NOT EXISTS (SELECT 1 FROM product_metrics m WHERE m.product_id = x.id AND m.` + col + ` > 0)
-				ORDER BY x.id DESC LIMIT ?)
-		) runs ORDER BY k DESC, id DESC LIMIT ? OFFSET ?)
+		SELECT m.product_id AS id, m.` + col + ` AS k FROM product_metrics m
+		WHERE EXISTS (SELECT 1 FROM products x WHERE x.id = m.product_id)
+		ORDER BY m.` + col + ` DESC, m.product_id DESC LIMIT ? OFFSET ?)
 	SELECT ` + productSelect + `
 	FROM page JOIN products p ON p.id = page.id LEFT JOIN product_metrics m ON m.product_id = p.id
-	ORDER BY page.k DESC, page.id DESC`, []any{reach, reach, size, offset}, nil
+	ORDER BY page.k DESC, page.id DESC`, []any{size, offset}, nil
 }
 
 // lockMode is a row-lock clause. Only the constants below exist, so no input
