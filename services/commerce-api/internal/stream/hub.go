@@ -395,6 +395,8 @@ func (h *Hub) flush(ctx context.Context) {
 	h.readMu.Lock()
 	defer h.readMu.Unlock()
 	if !h.following {
+		// A reset that failed below: the clients still need one.
+		h.broadcastReset(ctx)
 		return
 	}
 	ch, err := h.readChanges(ctx, h.cursor)
@@ -407,14 +409,7 @@ func (h *Hub) flush(ctx context.Context) {
 	if !ch.Complete {
 		h.following = false // resetFrame follows from its own snapshot
 		clear(h.sent)
-		f, err := h.resetFrame(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				h.log.WarnContext(ctx, "stream: read the top products", "error", err)
-			}
-			return
-		}
-		h.broadcast(ResetEvent, f)
+		h.broadcastReset(ctx)
 		return
 	}
 	var fresh []store.ProductChange
@@ -434,6 +429,19 @@ func (h *Hub) flush(ctx context.Context) {
 	if len(fresh) > 0 {
 		h.broadcast(ChangesEvent, frame(ChangesEvent, h.cursor, changesData{Products: fresh}))
 	}
+}
+
+// broadcastReset sends every client a reset; readMu must be held and the
+// hub not following. On failure the next flush tries again.
+func (h *Hub) broadcastReset(ctx context.Context) {
+	f, err := h.resetFrame(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.log.WarnContext(ctx, "stream: read the top products", "error", err)
+		}
+		return
+	}
+	h.broadcast(ResetEvent, f)
 }
 
 // broadcast queues f for every client, dropping those whose buffer is full:

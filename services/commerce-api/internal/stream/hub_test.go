@@ -108,6 +108,7 @@ func parse(t *testing.T, frame []byte) event {
 	t.Helper()
 	var ev event
 	sc := bufio.NewScanner(bytes.NewReader(frame))
+	sc.Buffer(nil, len(frame)+1) // a frame's data is one line, of any length
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), ": ")
 		switch k {
