@@ -2,8 +2,10 @@
 SHELL := /bin/bash
 GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# Tests get a real PostgreSQL and Redis from scripts/testenv.sh.
+# Tests get a real PostgreSQL and Redis from scripts/testenv.sh, and the tools
+# the target uses (the benchmarks use none).
 TESTENV := eval "$$(scripts/testenv.sh)"
+TESTENV_TESTS := eval "$$(scripts/testenv.sh browser)"
 TEST_TIMEOUT ?= 30m
 
 .PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers dev-kafka
@@ -12,7 +14,7 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 test: ## run every test (with -race) against real PostgreSQL, Redis and an in-process Kafka
-	@$(TESTENV) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(TESTENV_TESTS) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## go mod tidy is a no-op, go vet and staticcheck
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
@@ -26,7 +28,7 @@ bench: ## run the benchmarks; each prints its baseline and ratio
 	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
 
 e2e: ## the end-to-end suite at a larger size (E2E_ACTIONS, E2E_RATE)
-	@$(TESTENV) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
+	@$(TESTENV_TESTS) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
 
 up: ## the whole stack on Docker (docker compose up --build)
 	docker compose up --build

@@ -2,7 +2,8 @@
 # Makes a PostgreSQL and a Redis available for the tests and prints the
 # environment to use them, as `export NAME=value` lines for eval:
 #
-#   eval "$(scripts/testenv.sh)"
+#   eval "$(scripts/testenv.sh)"           # the databases only (benchmarks)
+#   eval "$(scripts/testenv.sh browser)"   # and Debian's chromium (make test, make e2e)
 #
 # PostgreSQL: TEST_DATABASE_URL if it is set and answers; else nothing (the
 # tests start a testcontainers container) when a Docker engine answers; else
@@ -17,8 +18,15 @@ set -euo pipefail
 # elsewhere.
 if ! command -v psql >/dev/null 2>&1 && ! docker_answers; then apt_install postgresql-client; fi
 if ! command -v redis-cli >/dev/null 2>&1 && ! docker_answers; then apt_install redis-tools; fi
-# The browser test drives Debian's chromium headless.
-if ! command -v chromium >/dev/null 2>&1; then apt_install chromium; fi
+# Extra tools, only when asked for: installing a browser (and with it a
+# systemd upgrade) is no business of a benchmark.
+for tool in "$@"; do
+  case "$tool" in
+    browser) # the browser test drives Debian's chromium headless
+      command -v chromium >/dev/null 2>&1 || apt_install chromium ;;
+    *) log "testenv: unknown tool $tool (known: browser)"; exit 2 ;;
+  esac
+done
 
 if [ -n "${TEST_DATABASE_URL:-}" ] && pg_answers "$TEST_DATABASE_URL"; then
   echo "export TEST_DATABASE_URL='$TEST_DATABASE_URL'"

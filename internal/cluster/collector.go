@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // Collector exposes the cluster view as metrics, read from the database at
@@ -43,7 +45,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	v, err := c.store.View(ctx)
 	if err != nil {
-		c.logger.Warn("cluster metrics: read view", "error", err)
+		c.logger.Warn("cluster metrics: read view", service.ErrKey, err)
 		return
 	}
 	counts := map[string]map[string]int{}
@@ -60,7 +62,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	changes, err := c.store.leaderTerms(ctx)
 	if err != nil {
-		c.logger.Warn("cluster metrics: count leader changes", "error", err)
+		c.logger.Warn("cluster metrics: count leader changes", service.ErrKey, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(changes))
 	}

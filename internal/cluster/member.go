@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
@@ -115,7 +116,7 @@ func (m *Member) Leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.store.leave(ctx, m.cfg.NodeID); err != nil {
-		m.logger.Warn("cluster leave failed; the node will show as DOWN", "error", err)
+		m.logger.Warn("cluster leave failed; the node will show as DOWN", service.ErrKey, err)
 	} else {
 		m.logger.Info("left the cluster")
 	}
@@ -152,10 +153,10 @@ func (m *Member) run(ctx context.Context) {
 			fails++
 			m.metrics.failures.Inc()
 			delay = backoff(m.cfg.HeartbeatInterval, m.cfg.SuspectAfter, fails)
-			m.logger.Warn("cluster heartbeat failed", "error", err, "failures", fails, "retryIn", delay)
+			m.logger.Warn("cluster heartbeat failed", service.ErrKey, err, "failures", fails, "retryIn", delay)
 		default:
 			if !joined {
-				m.logger.Info("joined the cluster", "service", m.info.Service, "roles", m.info.Roles)
+				m.logger.Info("joined the cluster", "roles", m.info.Roles)
 			} else if fails > 0 {
 				m.logger.Info("cluster heartbeat recovered", "failures", fails)
 			}
@@ -231,7 +232,7 @@ func (m *Member) OnAssigned(group string, ps []pcon.PartitionEvent) {
 		err := m.writeAssignment(ctx, c, o, false)
 		cancel()
 		if err != nil {
-			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, "error", err)
+			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
 		}
 	}
 }
@@ -260,7 +261,7 @@ func (m *Member) OnRevoked(group string, ps []pcon.PartitionEvent) {
 		case errors.Is(err, ErrSuperseded):
 			m.logger.Info("release refused: the partition was assigned again since", "group", group, "topic", p.Topic, "partition", p.Partition, "version", version)
 		case err != nil:
-			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, "error", err)
+			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
 		}
 	}
 }
@@ -306,7 +307,7 @@ func (m *Member) retryAssignments(ctx context.Context) {
 	m.mu.Unlock()
 	for i, c := range pending {
 		if err := m.writeAssignment(ctx, c, claims[i], true); err != nil {
-			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, "error", err)
+			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, service.ErrKey, err)
 		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // ShutdownTimeout bounds how long in-flight requests may take to finish once
@@ -116,7 +118,7 @@ func Ops(mux interface {
 				failed[name] = "timeout"
 			}
 			if cfg.logger != nil {
-				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, "error", err)
+				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, service.ErrKey, err)
 			}
 		}
 		if len(failed) > 0 {

@@ -29,6 +29,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
@@ -295,11 +296,11 @@ func (r *Reclaimer) Pass(ctx context.Context, o Options) Result {
 	wg.Wait()
 	for _, d := range res.Domains {
 		if d.Err != nil {
-			r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, "error", d.Err)
+			r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, service.ErrKey, d.Err)
 		}
 		for _, p := range d.Partitions {
 			if p.Err != nil {
-				r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, "partition", p.Partition, "error", p.Err)
+				r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, "partition", p.Partition, service.ErrKey, p.Err)
 			}
 		}
 	}

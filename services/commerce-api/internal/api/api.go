@@ -17,6 +17,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
@@ -198,6 +199,6 @@ func (s *server) invalidate(ctx context.Context, ids ...int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cacheTimeout)
 	defer cancel()
 	if err := s.cache.Invalidate(ctx, ids...); err != nil {
-		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, "error", err)
+		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, service.ErrKey, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
@@ -157,9 +158,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	switch {
 	case errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away mid-request; nothing failed on our side.
-		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, "error", err)
+		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, service.ErrKey, err)
 	case p.Status >= http.StatusInternalServerError:
-		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, service.ErrKey, err)
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	if p.retryAfter > 0 {

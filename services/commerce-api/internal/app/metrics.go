@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // notifyQueue exposes pg_notification_queue_usage() at each scrape.
@@ -30,7 +32,7 @@ func (n *notifyQueue) Collect(ch chan<- prometheus.Metric) {
 	u, err := n.usage(ctx)
 	if err != nil {
 		// No sample rather than a wrong one; the scrape goes on.
-		n.log.Warn("metrics: read the notify queue usage", "error", err)
+		n.log.Warn("metrics: read the notify queue usage", service.ErrKey, err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(n.desc, prometheus.GaugeValue, u)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
@@ -402,7 +403,7 @@ func (h *Hub) flush(ctx context.Context) {
 	ch, err := h.readChanges(ctx, h.cursor)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read product changes", "error", err)
+			h.log.WarnContext(ctx, "stream: read product changes", service.ErrKey, err)
 		}
 		return
 	}
@@ -437,7 +438,7 @@ func (h *Hub) broadcastReset(ctx context.Context) {
 	f, err := h.resetFrame(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read the top products", "error", err)
+			h.log.WarnContext(ctx, "stream: read the top products", service.ErrKey, err)
 		}
 		return
 	}
@@ -471,7 +472,7 @@ func (h *Hub) broadcastSummary(ctx context.Context) {
 	sum, err := h.summary(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read pipeline summary", "error", err)
+			h.log.WarnContext(ctx, "stream: read pipeline summary", service.ErrKey, err)
 		}
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // Cluster supplies what only the running nodes know: which are alive, and
@@ -198,7 +199,7 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 	if h.cluster != nil {
 		cs, err := h.cluster.Summary(ctx)
 		if err != nil {
-			h.log.WarnContext(ctx, "stream: read the cluster view", "error", err)
+			h.log.WarnContext(ctx, "stream: read the cluster view", service.ErrKey, err)
 		} else {
 			s.Cluster = &cs
 		}

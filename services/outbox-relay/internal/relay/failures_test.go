@@ -101,7 +101,7 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 	if diff := cmp.Diff(map[int64]bool{rows[0].ID: true}, nextRetryAt(t, env)); diff != "" {
 		t.Errorf("rows with next_retry_at (-want +got):\n%s", diff)
 	}
-	if !n.logs.logged("INFO", "Message marked for retry", rows[0].ID, "nextRetryAt") {
+	if !n.logs.logged("INFO", "message marked for retry", rows[0].ID, "nextRetryAt") {
 		t.Errorf("no retry log line; INFO lines: %q", n.logs.messages("INFO"))
 	}
 	hits := fault.Hits()
@@ -137,7 +137,7 @@ func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 	if _, ok := env.FailedIDs(t)[old.ID]; !ok {
 		t.Errorf("expired row %d is not in outbox_failed: %v", old.ID, env.FailedIDs(t))
 	}
-	if !n.logs.logged("WARN", "Message expired, moving to failed", old.ID, "createdAt") {
+	if !n.logs.logged("WARN", "message expired, moving to failed", old.ID, "createdAt") {
 		t.Errorf("no expiry log line; WARN lines: %q", n.logs.messages("WARN"))
 	}
 	fault.Remove()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -285,7 +286,7 @@ func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []sto
 func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) ([]uint64, bool) {
 	w, err := r.store.OutboxWriters(ctx)
 	if err != nil {
-		r.logger.Warn("cannot read the outbox writers; the gap waits", "error", err)
+		r.logger.Warn("cannot read the outbox writers; the gap waits", service.ErrKey, err)
 		return nil, false
 	}
 	var out []uint64
@@ -323,10 +324,10 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 		case err == nil:
 			published++
 		case publisher.Unpublishable(err):
-			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, "error", err)
+			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, service.ErrKey, err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
 		case b.Now.Sub(row.CreatedAt) > r.cfg.MaxAge:
-			r.logger.Warn("Message expired, moving to failed", "id", row.ID, "createdAt", row.CreatedAt, "error", err)
+			r.logger.Warn("message expired, moving to failed", "id", row.ID, "createdAt", row.CreatedAt, service.ErrKey, err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
 		default:
 			hol, holErr = &rows[i], err
@@ -358,6 +359,6 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 	}
 	res.Retried++
 	r.metrics.retried.Inc()
-	r.logger.Info("Message marked for retry", "id", hol.ID, "nextRetryAt", at, "error", holErr)
+	r.logger.Info("message marked for retry", "id", hol.ID, "nextRetryAt", at, service.ErrKey, holErr)
 	return false, nil
 }

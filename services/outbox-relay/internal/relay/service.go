@@ -18,6 +18,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -116,7 +117,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	// The first lease attempt happens before the scheduler starts, so a
 	// node that can lead does so from its first tick.
 	if _, err := s.elector.TryAcquire(ctx); err != nil {
-		s.logger.Warn("first lease attempt failed", "error", err)
+		s.logger.Warn("first lease attempt failed", service.ErrKey, err)
 	}
 	wg.Go(func() { s.elector.Run(ctx) })
 	wg.Go(func() { s.store.Listen(ctx, s.logger, outbox.Channel, s.notified) })
@@ -131,7 +132,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
 		if err := s.elector.Release(rctx); err != nil {
-			s.logger.Warn("release lease", "error", err)
+			s.logger.Warn("release lease", service.ErrKey, err)
 		}
 	}
 	if shutdownErr != nil {
@@ -152,7 +153,7 @@ func (s *Service) passes(ctx context.Context) {
 			if errors.Is(err, store.ErrFenced) {
 				level = slog.LevelWarn
 			}
-			s.logger.Log(ctx, level, "relay pass failed", "error", err)
+			s.logger.Log(ctx, level, "relay pass failed", service.ErrKey, err)
 		}
 		if !s.wake.Load() {
 			return
@@ -199,7 +200,7 @@ func (s *Service) kicker(ctx context.Context, job gocron.Job) {
 func (s *Service) purge(ctx context.Context) {
 	n, err := s.store.Purge(ctx, s.cfg.Retention, pg.PurgeChunk)
 	if err != nil && ctx.Err() == nil {
-		s.logger.Error("outbox retention failed", "error", err, "deleted", n)
+		s.logger.Error("outbox retention failed", service.ErrKey, err, "deleted", n)
 		return
 	}
 	if n > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // ErrFenced is returned by a write that carries a fencing token which is no
@@ -331,7 +332,7 @@ func (s *Store) Listen(ctx context.Context, logger *slog.Logger, channel string,
 		if ctx.Err() != nil {
 			return
 		}
-		logger.Warn("outbox LISTEN connection lost; reconnecting", "channel", channel, "error", err, "backoff", backoff)
+		logger.Warn("outbox LISTEN connection lost; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return

@@ -23,6 +23,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
@@ -87,7 +88,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			MaxAttempts:    cfg.MaxAttempts,
 			Backoff:        cfg.RetryBackoff,
 			DLTSuffix:      events.DLTSuffix,
-			Logger:         logger.With("consumer", name, "group", spec.Group),
+			Logger:         logger.With("consumer", name), // pcon names the group itself
 			OnAssigned:     member.OnAssigned,
 			OnRevoked:      member.OnRevoked,
 		}, spec.Handler)
@@ -112,7 +113,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
 		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
 		if err != nil {
-			logger.Error("purge event_handled failed", "error", err)
+			logger.Error("purge event_handled failed", service.ErrKey, err)
 			return
 		}
 		if n > 0 {
@@ -134,7 +135,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			ran, err := st.ExclusivePass(ctx, lock, func(ctx context.Context) { r.Pass(ctx, reclaim.Options{}) })
 			switch {
 			case err != nil:
-				logger.Error("reclaim pass not run", "error", err)
+				logger.Error("reclaim pass not run", service.ErrKey, err)
 			case !ran:
 				logger.Debug("reclaim pass skipped: another instance is reclaiming")
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
@@ -114,7 +115,7 @@ func (h *Handlers) invalidate(ctx context.Context, ids []int64) {
 	defer cancel()
 	if err := h.cache.Invalidate(ctx, ids...); err != nil {
 		h.invalidateFailed.Inc()
-		h.logger.Warn("product cache invalidation failed", "products", len(ids), "error", err)
+		h.logger.Warn("product cache invalidation failed", "products", len(ids), service.ErrKey, err)
 	}
 }
 
@@ -236,7 +237,7 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 		return storeErr(err)
 	}
 	if !applied {
-		h.logger.Debug("Event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
+		h.logger.Debug("event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
 		h.count(Order, "duplicate", 1)
 		return nil
 	}
