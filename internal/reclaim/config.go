@@ -1,0 +1,95 @@
+package reclaim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// HeaderRedriveCount counts how often a record was re-driven from a DLT. It
+// travels with the record, so a record dead-lettered again carries it into
+// the DLT (pcon copies the record's headers) and is parked once it reached
+// Config.MaxRedrives.
+const HeaderRedriveCount = "pcon-redrive-count"
+
+// Group is the consumer group whose committed offsets in the .DLT topics
+// mark how far reclaiming got. The scheduled reclaimer and pipelinectl share
+// it, so a record re-driven by hand is not re-driven again by the schedule.
+const Group = "pcon-reclaimer"
+
+// Outcome is what a pass did with one DLT record.
+type Outcome string
+
+// The outcomes, used as the `outcome` metric label.
+const (
+	Redriven Outcome = "redriven" // republished to its original topic
+	Parked   Outcome = "parked"   // re-driven MaxRedrives times already: left in the DLT
+	Skipped  Outcome = "skipped"  // not written by pcon (no origin headers): left in the DLT
+	Failed   Outcome = "failed"   // the republish failed: retried next pass
+)
+
+var outcomes = []Outcome{Redriven, Parked, Skipped, Failed}
+
+// Config configures a Reclaimer.
+type Config struct {
+	Brokers []string
+	// Topics are the original topics (one per domain); their dead-letter
+	// topics are topic+DLTSuffix.
+	Topics    []string
+	DLTSuffix string
+	// Group is the consumer group whose committed offsets mark how far each
+	// DLT partition was reclaimed.
+	Group string
+	// MinIdle is how long a record must have been in the DLT before it is
+	// re-driven: a pass stops at the first younger record of a partition.
+	MinIdle time.Duration
+	// Count bounds the records taken from one partition in one pass.
+	Count int
+	// MaxRedrives is how often a record may be re-driven; after that it
+	// stays parked.
+	MaxRedrives int
+	// ReadTimeout bounds the wait for a record known to exist (default 10 s).
+	ReadTimeout time.Duration
+	Logger      *slog.Logger
+	// Registerer receives the reclaim metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Sarama is the client configuration to start from (nil: a default).
+	// Producer and offset settings are overridden where correctness needs it.
+	Sarama *sarama.Config
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("no brokers"))
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, errors.New("no topics"))
+	}
+	if c.DLTSuffix == "" || c.Group == "" {
+		errs = append(errs, errors.New("DLTSuffix and Group are required"))
+	}
+	if c.Count <= 0 || c.MaxRedrives < 0 || c.MinIdle < 0 {
+		errs = append(errs, fmt.Errorf("count %d must be positive, max re-drives %d and min idle %s not negative", c.Count, c.MaxRedrives, c.MinIdle))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("no logger"))
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
+	}
+	return errors.Join(errs...)
+}
+
+// Domain names a topic's domain for logs and metrics: "like-events" → "like".
+func Domain(topic string) string { return strings.TrimSuffix(topic, "-events") }
+
+type tp struct {
+	topic     string
+	partition int32
+}
