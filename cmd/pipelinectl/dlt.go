@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
+
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -36,15 +38,26 @@ func topicsFlag(v string) ([]string, error) {
 	return nil, usagef("--topic: unknown topic %q; one of: %s", v, strings.Join(all, ", "))
 }
 
-func (e env) reclaimer(topics []string, minIdle time.Duration, count, maxRedrives int) (*reclaim.Reclaimer, error) {
+// reclaimer connects to Kafka; lock, when set, excludes the scheduled
+// reclaimers (and other pipelinectl runs) from each partition this one takes.
+func (e env) reclaimer(topics []string, minIdle time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	brokers, err := e.setting(func(l *config.Loader) string { return strings.Join(l.List("KAFKA_BROKERS", nil), ",") })
 	if err != nil {
 		return nil, err
 	}
 	return reclaim.New(reclaim.Config{
 		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
-		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(),
+		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(), Lock: lock,
 	})
+}
+
+// reclaimLocks opens the database the re-drivers lock DLT partitions in.
+func (e env) reclaimLocks(ctx context.Context) (*pg.DB, error) {
+	url, err := e.setting(func(l *config.Loader) string { return l.URL("DATABASE_URL", "postgres", "postgresql") })
+	if err != nil {
+		return nil, err
+	}
+	return pg.Open(ctx, url, pg.Options{MaxConns: len(events.NewRegistry().Topics()) + 1})
 }
 
 func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
@@ -61,7 +74,7 @@ func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) erro
 		if err != nil {
 			return err
 		}
-		r, err := e.reclaimer(topics, 0, 1, *maxRedrives)
+		r, err := e.reclaimer(topics, 0, 1, *maxRedrives, nil) // reads only
 		if err != nil {
 			return err
 		}
@@ -84,6 +97,7 @@ func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) e
 	limit := fs.Int("limit", 100, "most records taken per partition")
 	maxRedrives := fs.Int("max-redrives", 3, "records re-driven this often already stay parked")
 	dryRun := fs.Bool("dry-run", false, "show what would be re-driven; republish and commit nothing")
+	force := fs.Bool("force", false, "re-drive records dead-lettered for a permanent reason too (once the cause is fixed)")
 	return func(ctx context.Context, e env, out output, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -102,12 +116,17 @@ func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) e
 		if err != nil {
 			return err
 		}
-		r, err := e.reclaimer(topics, *olderThan, *limit, *maxRedrives)
+		locks, err := e.reclaimLocks(ctx)
+		if err != nil {
+			return err
+		}
+		defer locks.Close()
+		r, err := e.reclaimer(topics, *olderThan, *limit, *maxRedrives, reclaim.PGLock(locks))
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun})
+		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun, Force: *force})
 		if *dryRun {
 			err = printDryRun(out, res)
 		} else {
@@ -134,18 +153,22 @@ func printPass(out output, res reclaim.Result) error {
 			}
 			for _, p := range d.Partitions {
 				c := p.Counts
-				row(p.Topic, p.Partition, p.From, p.Committed, c[reclaim.Redriven], c[reclaim.Parked], c[reclaim.Skipped], c[reclaim.Failed], dash(p.ErrText))
+				note := dash(p.ErrText)
+				if p.Busy {
+					note = "left: another re-driver holds this partition; run again"
+				}
+				row(p.Topic, p.Partition, p.From, p.Committed, c[reclaim.Redriven], c[reclaim.Parked], c[reclaim.Skipped], c[reclaim.Failed], note)
 			}
 		}
 	})
 }
 
 func printDryRun(out output, res reclaim.Result) error {
-	return out.print(res, []string{"TOPIC", "PART", "OFFSET", "KEY", "WOULD BE", "REDRIVES", "DEAD FOR", "ERROR"}, func(row func(...any)) {
+	return out.print(res, []string{"TOPIC", "PART", "OFFSET", "KEY", "WOULD BE", "REDRIVES", "DEAD FOR", "ERROR", "WHY"}, func(row func(...any)) {
 		for _, d := range res.Domains {
 			for _, p := range d.Partitions {
 				for _, r := range p.Records {
-					row(p.Topic, p.Partition, r.Offset, r.Key, r.Outcome, r.Redrives, age(time.Since(r.DeadSince)), dash(r.Error))
+					row(p.Topic, p.Partition, r.Offset, r.Key, r.Outcome, r.Redrives, age(time.Since(r.DeadSince)), dash(r.Error), dash(r.Why))
 				}
 			}
 		}

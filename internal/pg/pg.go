@@ -151,7 +151,33 @@ const (
 	// LikeStateLock (two keys; the second is the product id folded to
 	// int4) serialises product-consumers' like-state updates per product.
 	LikeStateLock LockNamespace = 727275
-	// ReclaimLock (two keys; the second is hashtext of the reclaimed topic
-	// set) lets one product-consumers replica at a time run a reclaim pass.
+	// ReclaimLock (two keys; the second is hashtext of "DLT topic/partition")
+	// lets one re-driver at a time (a product-consumers replica's reclaimer
+	// or pipelinectl) take a dead-letter partition.
 	ReclaimLock LockNamespace = 727276
 )
+
+// TryLock takes the session-level advisory lock (ns, hashtext(name)) on a
+// connection of its own, unless another session holds it. When ok, the
+// lock is held until unlock is called; a connection that cannot unlock is
+// closed, which releases the lock.
+func (db *DB) TryLock(ctx context.Context, ns LockNamespace, name string) (unlock func(), ok bool, err error) {
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("take the lock %s: %w", name, MapErr(err))
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, int32(ns), name).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("take the lock %s: %w", name, MapErr(err))
+		}
+		return nil, false, nil
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, int32(ns), name); err != nil {
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}, true, nil
+}

@@ -218,3 +218,39 @@ func TestPurge(t *testing.T) {
 		t.Errorf("[deleted, left] (-want +got):\n%s", diff)
 	}
 }
+
+// TestTryLock: of two processes (two pools on one database), only one holds
+// a lock name at a time; another name is free meanwhile; once released, the
+// other may take it.
+func TestTryLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	var procs [2]*pg.DB
+	for i := range procs {
+		db, err := pg.Open(ctx, url, pg.Options{MaxConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		procs[i] = db
+	}
+	unlock, ok, err := procs[0].TryLock(ctx, pg.ReclaimLock, "like-events.DLT/0")
+	if err != nil || !ok {
+		t.Fatalf("first lock: %v %v", ok, err)
+	}
+	if _, ok, err := procs[1].TryLock(ctx, pg.ReclaimLock, "like-events.DLT/0"); err != nil || ok {
+		t.Fatalf("the same name from another process while held: ok %v, err %v; want refused", ok, err)
+	}
+	other, ok, err := procs[1].TryLock(ctx, pg.ReclaimLock, "like-events.DLT/1")
+	if err != nil || !ok {
+		t.Fatalf("another name: %v %v", ok, err)
+	}
+	other()
+	unlock()
+	again, ok, err := procs[1].TryLock(ctx, pg.ReclaimLock, "like-events.DLT/0")
+	if err != nil || !ok {
+		t.Fatalf("after the release: %v %v", ok, err)
+	}
+	again()
+}

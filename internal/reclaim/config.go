@@ -1,11 +1,15 @@
 package reclaim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/pg"
 
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,7 +32,7 @@ type Outcome string
 // The outcomes, used as the `outcome` metric label.
 const (
 	Redriven Outcome = "redriven" // republished to its original topic
-	Parked   Outcome = "parked"   // re-driven MaxRedrives times already: left in the DLT
+	Parked   Outcome = "parked"   // not worth re-driving (see Record.Why): committed past, left in the DLT
 	Skipped  Outcome = "skipped"  // not written by pcon (no origin headers): left in the DLT
 	Failed   Outcome = "failed"   // the republish failed: retried next pass
 )
@@ -58,6 +62,10 @@ type Config struct {
 	Logger      *slog.Logger
 	// Registerer receives the reclaim metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Lock, when set, excludes other processes from a DLT partition while a
+	// pass takes it (see Locker); nil excludes only passes of this
+	// Reclaimer.
+	Lock Locker
 	// Sarama is the client configuration to start from (nil: a default).
 	// Producer and offset settings are overridden where correctness needs it.
 	Sarama *sarama.Config
@@ -86,10 +94,30 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// Locker excludes re-drivers of one DLT partition from each other across
+// processes: every scheduled reclaimer, whatever topics it was given, and
+// every pipelinectl run. TryLock returns ok false when another holds the
+// partition; the pass then leaves it for now (PartitionResult.Busy).
+type Locker interface {
+	TryLock(ctx context.Context, dltTopic string, partition int32) (unlock func(), ok bool, err error)
+}
+
 // Domain names a topic's domain for logs and metrics: "like-events" → "like".
 func Domain(topic string) string { return strings.TrimSuffix(topic, "-events") }
 
 type tp struct {
 	topic     string
 	partition int32
+}
+
+// PGLock is a Locker over PostgreSQL advisory locks in the pg.ReclaimLock
+// namespace, one per DLT partition, held on a connection of db's for the
+// partition's turn in a pass. Every process that re-drives must use it
+// against the same database.
+func PGLock(db *pg.DB) Locker { return pgLock{db} }
+
+type pgLock struct{ db *pg.DB }
+
+func (l pgLock) TryLock(ctx context.Context, dltTopic string, partition int32) (func(), bool, error) {
+	return l.db.TryLock(ctx, pg.ReclaimLock, dltTopic+"/"+strconv.Itoa(int(partition)))
 }

@@ -14,11 +14,34 @@ type Info struct {
 	Partition int32  // pcon.HeaderOriginalPartition; -1 when absent or invalid
 	Redrives  int
 	Error     string
+	Reason    string    // pcon.HeaderReason: why pcon dead-lettered it
 	DeadSince time.Time // pcon.HeaderDeadLetteredAt, else the record timestamp
 }
 
-// Inspect reads a DLT record's headers.
+// Permanent reports whether the record was dead-lettered for a reason no
+// re-drive can heal: the handler refused it as data (pcon.ReasonPermanent)
+// or the overflow policy refused it on arrival (pcon.ReasonKeyQueueFull).
+func (i Info) Permanent() bool {
+	return i.Reason == pcon.ReasonPermanent || i.Reason == pcon.ReasonKeyQueueFull
+}
+
+// Inspect reads a DLT record's headers. A dead-lettered time in the future
+// (a producer's clock ahead, a forged header) would make the record look
+// younger than MinIdle on every pass, and hold its whole partition back
+// for good: the record's own timestamp is used instead, or, when that is in
+// the future too, the record counts as old enough.
 func Inspect(m *sarama.ConsumerMessage) Info {
+	info := inspect(m)
+	if now := time.Now(); info.DeadSince.After(now) {
+		info.DeadSince = m.Timestamp
+		if info.DeadSince.After(now) {
+			info.DeadSince = time.Time{}
+		}
+	}
+	return info
+}
+
+func inspect(m *sarama.ConsumerMessage) Info {
 	info := Info{Partition: -1, DeadSince: m.Timestamp}
 	for _, h := range m.Headers {
 		if h == nil {
@@ -34,6 +57,8 @@ func Inspect(m *sarama.ConsumerMessage) Info {
 			}
 		case pcon.HeaderError:
 			info.Error = v
+		case pcon.HeaderReason:
+			info.Reason = v
 		case pcon.HeaderDeadLetteredAt:
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 				info.DeadSince = t

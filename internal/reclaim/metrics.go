@@ -55,7 +55,7 @@ func (m *metrics) observe(domain, shard string, pr PartitionResult, elapsed time
 		m.messages.WithLabelValues(domain, shard, string(o)).Add(float64(n))
 	}
 	m.latency.WithLabelValues(domain, shard).Observe(elapsed.Seconds())
-	if pr.Err == nil {
+	if pr.Err == nil && !pr.Busy {
 		m.pending.WithLabelValues(domain, shard).Set(float64(pr.End - pr.Committed))
 	}
 }

@@ -110,6 +110,18 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	}
 	defer func() { pr.Elapsed = time.Since(start) }()
 
+	if r.cfg.Lock != nil {
+		unlock, ok, err := r.cfg.Lock.TryLock(ctx, dlt, p)
+		if err != nil {
+			pr.Err = fmt.Errorf("lock %s/%d: %w", dlt, p, err)
+			return pr
+		}
+		if !ok {
+			pr.Busy = true
+			return pr
+		}
+		defer unlock()
+	}
 	next, hwm, err := r.position(k)
 	if err != nil {
 		pr.Err = err
@@ -124,6 +136,7 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	type taken struct {
 		offset int64
 		out    Outcome
+		why    string
 	}
 	var (
 		took  []taken
@@ -134,34 +147,41 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 			return false, nil
 		}
 		info := Inspect(m)
-		if info.Origin != "" && time.Since(info.DeadSince) < o.MinIdle {
+		out, why := r.classify(topic, info, o.Force)
+		// A record parked for a permanent reason waits for nothing; any
+		// other waits until it has rested MinIdle in the DLT.
+		if out != Parked && info.Origin != "" && time.Since(info.DeadSince) < o.MinIdle {
 			return false, nil // the rest of the partition is younger still
 		}
-		out := r.classify(topic, info)
-		took = append(took, taken{m.Offset, out})
+		took = append(took, taken{m.Offset, out, why})
 		if out == Redriven {
 			batch = append(batch, redriven(m, info))
 		}
 		if o.DryRun {
 			pr.Records = append(pr.Records, Record{Offset: m.Offset, Outcome: out, Key: string(m.Key),
-				Redrives: info.Redrives, DeadSince: info.DeadSince, Error: info.Error})
+				Redrives: info.Redrives, DeadSince: info.DeadSince, Error: info.Error, Why: why})
 		}
 		return true, nil
 	})
-	// firstFailed is the offset of the first record whose republish was not
-	// acknowledged; the commit stops there.
-	firstFailed, sendErr := int64(-1), error(nil)
+	// failed holds the records whose republish was not acknowledged. The
+	// commit stops at the first that may heal (the broker down, say); one
+	// that cannot (its partition gone, too large) is parked, and the pass
+	// goes on past it rather than holding the partition back for good.
+	var failed map[int64]error
 	if !o.DryRun && len(batch) > 0 {
-		firstFailed, sendErr = r.republish(batch)
-		if sendErr != nil {
-			sendErr = fmt.Errorf("republish %s/%d@%d to %s: %w", dlt, p, firstFailed, topic, sendErr)
-		}
+		failed = r.republish(batch)
 	}
 	commitTo := next
+	var sendErr error
 	for _, x := range took {
-		if x.offset == firstFailed {
-			pr.Counts[Failed]++
-			break
+		if err, ok := failed[x.offset]; ok {
+			if !unhealable(err) {
+				pr.Counts[Failed]++
+				sendErr = fmt.Errorf("republish %s/%d@%d to %s: %w", dlt, p, x.offset, topic, err)
+				break
+			}
+			x.out = Parked
+			r.cfg.Logger.Warn("dead letter parked: its republish cannot succeed", "topic", dlt, "partition", p, "offset", x.offset, service.ErrKey, err)
 		}
 		pr.Counts[x.out]++
 		commitTo = x.offset + 1
@@ -175,6 +195,12 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 			pr.Err = errors.Join(pr.Err, cerr)
 			return pr
 		}
+	}
+	// Offsets only go forward: another re-driver (a replica, pipelinectl)
+	// may have committed further since this pass read its position.
+	if cur, cerr := r.committed(k); cerr == nil && cur >= commitTo {
+		pr.Committed = cur
+		return pr
 	}
 	if cerr := r.commit(k, commitTo); cerr != nil {
 		pr.Err = errors.Join(pr.Err, cerr)
@@ -219,14 +245,29 @@ func (r *Reclaimer) read(ctx context.Context, k tp, from, hwm int64, take func(*
 	}
 }
 
-func (r *Reclaimer) classify(topic string, info Info) Outcome {
+func (r *Reclaimer) classify(topic string, info Info, force bool) (Outcome, string) {
 	switch {
 	case info.Origin != topic || info.Partition < 0:
-		return Skipped
+		return Skipped, "not dead-lettered by pcon from " + topic
+	case info.Permanent() && !force:
+		return Parked, "dead-lettered for a permanent reason (" + info.Reason + "); re-drive with force once fixed"
 	case info.Redrives >= r.cfg.MaxRedrives:
-		return Parked
+		return Parked, "re-driven " + strconv.Itoa(info.Redrives) + " times already"
 	}
-	return Redriven
+	return Redriven, ""
+}
+
+// unhealable reports whether a republish error will recur however often it
+// is retried: the partition or topic does not exist, or the record is too
+// large for the broker.
+func unhealable(err error) bool {
+	for _, e := range []error{sarama.ErrUnknownTopicOrPartition, sarama.ErrInvalidPartition, sarama.ErrInvalidTopic,
+		sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidMessage} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // redriven builds the record that sends m back to the partition it was
@@ -247,21 +288,23 @@ func redriven(m *sarama.ConsumerMessage, info Info) *sarama.ProducerMessage {
 	return msg
 }
 
-// republish sends batch and waits for every acknowledgement (acks=all). On
-// failure it returns the lowest DLT offset among the records not
-// acknowledged.
-func (r *Reclaimer) republish(batch []*sarama.ProducerMessage) (firstFailed int64, err error) {
-	err = r.producer.SendMessages(batch)
+// republish sends batch and waits for every acknowledgement (acks=all). It
+// returns the records not acknowledged, by DLT offset, with their errors.
+func (r *Reclaimer) republish(batch []*sarama.ProducerMessage) map[int64]error {
+	err := r.producer.SendMessages(batch)
 	if err == nil {
-		return -1, nil
+		return nil
 	}
+	failed := map[int64]error{}
 	var perrs sarama.ProducerErrors
 	if !errors.As(err, &perrs) || len(perrs) == 0 {
-		return batch[0].Metadata.(int64), err
+		for _, m := range batch {
+			failed[m.Metadata.(int64)] = err
+		}
+		return failed
 	}
-	firstFailed = perrs[0].Msg.Metadata.(int64)
 	for _, pe := range perrs {
-		firstFailed = min(firstFailed, pe.Msg.Metadata.(int64))
+		failed[pe.Msg.Metadata.(int64)] = pe.Err
 	}
-	return firstFailed, perrs[0].Err
+	return failed
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
@@ -61,7 +63,8 @@ type dead struct {
 	key       string
 	age       time.Duration // since it was dead-lettered
 	redrives  int
-	foreign   bool // no pcon headers at all
+	foreign   bool   // no pcon headers at all
+	reason    string // pcon.HeaderReason ("" for ReasonFailed)
 }
 
 func (e *env) deadLetter(ds ...dead) {
@@ -76,6 +79,10 @@ func (e *env) deadLetter(ds ...dead) {
 			h[pcon.HeaderOriginalOffset] = "7"
 			h[pcon.HeaderError] = "database unavailable"
 			h[pcon.HeaderDeadLetteredAt] = time.Now().Add(-d.age).UTC().Format(time.RFC3339Nano)
+			h[pcon.HeaderReason] = pcon.ReasonFailed
+			if d.reason != "" {
+				h[pcon.HeaderReason] = d.reason
+			}
 		}
 		if d.redrives > 0 {
 			h[reclaim.HeaderRedriveCount] = strconv.Itoa(d.redrives)
@@ -367,7 +374,8 @@ func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
 		dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})
-	fault := e.kafka.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "order-events", Err: kerr.MessageTooLarge, Count: -1})
+	// An error an operator can fix (an ACL), unlike a record too large.
+	fault := e.kafka.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "order-events", Err: kerr.TopicAuthorizationFailed, Count: -1})
 	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"order-events"} })
 	res := r.Pass(context.Background(), reclaim.Options{})
 	p1 := res.Domains[0].Partitions[1]
@@ -377,5 +385,188 @@ func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 	fault.Remove()
 	if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
 		t.Errorf("pass after the broker recovered re-drove %d, want 2", got)
+	}
+}
+
+// TestPermanentParkedAtOnce: records dead-lettered for a permanent reason
+// (refused as data, refused by the overflow policy) are parked on the first
+// pass, young or not, and never republished; the failed one behind them is
+// re-driven once idle. An operator's forced pass re-drives a permanent one.
+func TestPermanentParkedAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.deadLetter(
+		dead{topic: "like-events", partition: 0, key: "poison", reason: pcon.ReasonPermanent},
+		dead{topic: "like-events", partition: 0, key: "overflow", reason: pcon.ReasonKeyQueueFull},
+		dead{topic: "like-events", partition: 0, key: "transient", age: time.Hour},
+	)
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"} })
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[reclaim.Outcome]int{reclaim.Parked: 2, reclaim.Redriven: 1}, counts(res)); diff != "" {
+		t.Errorf("outcomes (-want +got):\n%s", diff)
+	}
+	if got := e.republished("like-events", 1); len(got) != 1 || got[0].Key != "transient" {
+		t.Errorf("republished %v, want only the transient failure", got)
+	}
+	if c := res.Domains[0].Partitions[0].Committed; c != 3 {
+		t.Errorf("committed %d, want 3 (past the parked records)", c)
+	}
+
+	e.deadLetter(dead{topic: "like-events", partition: 0, key: "fixed", reason: pcon.ReasonPermanent})
+	dry := r.Pass(context.Background(), reclaim.Options{DryRun: true})
+	if recs := dry.Domains[0].Partitions[0].Records; len(recs) != 1 || recs[0].Outcome != reclaim.Parked || !strings.Contains(recs[0].Why, "permanent") {
+		t.Errorf("dry run: %+v, want the record shown as parked for a permanent reason", recs)
+	}
+	forced := r.Pass(context.Background(), reclaim.Options{Force: true, MinIdle: time.Nanosecond})
+	if got := counts(forced); !cmp.Equal(got, map[reclaim.Outcome]int{reclaim.Redriven: 1}) {
+		t.Errorf("forced pass: %v, want the permanent record re-driven", got)
+	}
+}
+
+// TestFutureDeadSinceDoesNotBlock: a dead-lettered time in the future does
+// not hold the record (and its partition) back for ever.
+func TestFutureDeadSinceDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "like-events", partition: 2, key: "from-the-future", age: -24 * time.Hour},
+		dead{topic: "like-events", partition: 2, key: "behind-it", age: 0})
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"}; c.MinIdle = 50 * time.Millisecond })
+	time.Sleep(100 * time.Millisecond) // both were appended at least MinIdle ago
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if got := counts(res); !cmp.Equal(got, map[reclaim.Outcome]int{reclaim.Redriven: 2}) {
+		t.Errorf("outcomes %v (err %v), want both re-driven", got, res.Err())
+	}
+}
+
+// TestUnhealableRepublishParks: a record whose republish cannot succeed
+// (its partition does not exist) is parked, and the pass re-drives what is
+// behind it instead of failing on it at every pass.
+func TestUnhealableRepublishParks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.deadLetter(dead{topic: "order-events", partition: 0, key: "a", age: time.Hour})
+	// The same record but from a partition the topic does not have.
+	m := &sarama.ProducerMessage{Topic: "order-events.DLT", Partition: 0, Key: sarama.StringEncoder("gone"), Value: sarama.StringEncoder("v"),
+		Headers: []sarama.RecordHeader{
+			{Key: []byte(pcon.HeaderOriginalTopic), Value: []byte("order-events")},
+			{Key: []byte(pcon.HeaderOriginalPartition), Value: []byte("99")},
+			{Key: []byte(pcon.HeaderDeadLetteredAt), Value: []byte(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano))},
+		}}
+	if _, _, err := e.prod.SendMessage(m); err != nil {
+		t.Fatal(err)
+	}
+	e.deadLetter(dead{topic: "order-events", partition: 0, key: "b", age: time.Hour})
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"order-events"} })
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p0 := res.Domains[0].Partitions[0]
+	if diff := cmp.Diff(map[reclaim.Outcome]int{reclaim.Redriven: 2, reclaim.Parked: 1}, counts(res)); diff != "" || p0.Committed != 3 {
+		t.Errorf("outcomes (-want +got):\n%s\ncommitted %d, want 3", diff, p0.Committed)
+	}
+}
+
+// TestCommitNeverGoesBack: a pass that commits after another re-driver
+// committed further leaves the offset where the other put it, so nothing
+// is re-driven twice.
+func TestCommitNeverGoesBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, k := range []string{"a", "b", "c"} {
+		e.deadLetter(dead{topic: "like-events", partition: 1, key: k, age: time.Hour})
+	}
+	only := func(c *reclaim.Config) { c.Topics = []string{"like-events"} }
+	slow := e.reclaimer(nil, func(c *reclaim.Config) { only(c); c.Count = 1 })
+	fast := e.reclaimer(nil, only)
+	slow.SetBeforeCommit(func(topic string, p int32) error {
+		if p == 1 { // another re-driver takes the whole partition meanwhile
+			if got := fast.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 3 {
+				t.Errorf("the other re-driver re-drove %d, want 3", got)
+			}
+		}
+		return nil
+	})
+	res := slow.Pass(context.Background(), reclaim.Options{})
+	if err := res.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Domains[0].Partitions[1].Committed; c != 3 {
+		t.Errorf("the slow pass left partition 1 at %d, want 3 (where the other committed)", c)
+	}
+	if got := counts(fast.Pass(context.Background(), reclaim.Options{})); len(got) != 0 {
+		t.Errorf("a later pass took %v, want nothing", got)
+	}
+}
+
+// TestRedriversExcludeEachOther: two scheduled reclaimers with overlapping
+// topic sets and a pipelinectl-style run, three processes with their own
+// connections, work through 3,000 dead letters at once: each is re-driven
+// exactly once.
+func TestRedriversExcludeEachOther(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const total = 3000
+	for i := range total {
+		e.deadLetter(dead{topic: "like-events", partition: int32(i % 3), key: "k" + strconv.Itoa(i), age: time.Hour})
+	}
+	url := testenv.DatabaseURL(t)
+	sets := [][]string{{"like-events"}, {"like-events", "order-events"}, {"order-events", "like-events"}}
+	var (
+		wg       sync.WaitGroup
+		redriven atomic.Int64
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for _, topics := range sets {
+		db, err := pg.Open(context.Background(), url, pg.Options{MaxConns: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		r := e.reclaimer(nil, func(c *reclaim.Config) {
+			c.Topics, c.Count, c.MinIdle, c.Lock = topics, 50, 0, reclaim.PGLock(db)
+		})
+		wg.Go(func() {
+			for redriven.Load() < total && time.Now().Before(deadline) {
+				res := r.Pass(context.Background(), reclaim.Options{MinIdle: time.Nanosecond})
+				if err := res.Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				redriven.Add(int64(res.Totals()[reclaim.Redriven]))
+			}
+		})
+	}
+	wg.Wait()
+	if n := redriven.Load(); n != total {
+		t.Fatalf("%d re-drives counted for %d dead letters", n, total)
+	}
+	seen := map[string]int{}
+	for _, m := range testenv.ReadTopic(t, e.brokers, "like-events", total, 30*time.Second) {
+		seen[string(m.Key)]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s re-driven %d times", k, n)
+		}
+	}
+	client, err := sarama.NewClient(e.brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var published int64
+	for p := range int32(3) {
+		n, err := client.GetOffset("like-events", p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		published += n
+	}
+	if len(seen) != total || published != total {
+		t.Errorf("%d distinct records of %d published to like-events, want each of %d once", len(seen), published, total)
 	}
 }

@@ -13,6 +13,9 @@ type Options struct {
 	// DryRun reads and classifies records but republishes and commits
 	// nothing, and records no metrics.
 	DryRun bool
+	// Force re-drives records dead-lettered for a permanent reason too
+	// (an operator who fixed the code that refused them).
+	Force bool
 }
 
 // Record is one record a pass took, reported only by a dry run.
@@ -23,6 +26,8 @@ type Record struct {
 	Redrives  int       `json:"redrives"`
 	DeadSince time.Time `json:"deadLetteredAt"`
 	Error     string    `json:"error,omitempty"`
+	// Why says why a record is parked or skipped.
+	Why string `json:"why,omitempty"`
 }
 
 // PartitionResult is what a pass did in one DLT partition.
@@ -33,10 +38,12 @@ type PartitionResult struct {
 	Committed int64           `json:"committed"` // the offset committed (From when none)
 	End       int64           `json:"end"`       // the high water mark when the pass began
 	Counts    map[Outcome]int `json:"counts"`
-	Records   []Record        `json:"records,omitempty"`
-	Elapsed   time.Duration   `json:"elapsedNs"`
-	Err       error           `json:"-"`
-	ErrText   string          `json:"error,omitempty"`
+	// Busy says another re-driver held the partition: this pass left it.
+	Busy    bool          `json:"busy,omitempty"`
+	Records []Record      `json:"records,omitempty"`
+	Elapsed time.Duration `json:"elapsedNs"`
+	Err     error         `json:"-"`
+	ErrText string        `json:"error,omitempty"`
 }
 
 // DomainResult is what a pass did in one domain.

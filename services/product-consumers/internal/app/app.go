@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -123,22 +122,21 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		return fmt.Errorf("purge job: %w", err)
 	}
 	if cfg.Reclaim.Enabled {
-		r, err := newReclaimer(cfg, topics, logger, reg)
+		// Re-drivers (every replica's reclaimer, pipelinectl) take a DLT
+		// partition one at a time through an advisory lock each, held on
+		// a connection of this small pool of its own.
+		locks, err := pg.Open(ctx, cfg.DatabaseURL, pg.Options{MaxConns: len(topics) + 1, Lazy: true})
+		if err != nil {
+			return fmt.Errorf("reclaim locks: %w", err)
+		}
+		defer locks.Close()
+		r, err := newReclaimer(cfg, topics, logger, reg, reclaim.PGLock(locks))
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		// Replicas reclaiming the same topics take turns; deployments
-		// running other consumers reclaim their own topics meanwhile.
-		lock := "reclaim:" + strings.Join(slices.Sorted(slices.Values(topics)), ",")
 		if _, err := sched.NewJob(gocron.DurationJob(cfg.Reclaim.Interval), gocron.NewTask(func(ctx context.Context) {
-			ran, err := st.ExclusivePass(ctx, lock, func(ctx context.Context) { r.Pass(ctx, reclaim.Options{}) })
-			switch {
-			case err != nil:
-				logger.Error("reclaim pass not run", service.ErrKey, err)
-			case !ran:
-				logger.Debug("reclaim pass skipped: another instance is reclaiming")
-			}
+			r.Pass(ctx, reclaim.Options{})
 		}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx),
 			gocron.WithStartAt(gocron.WithStartImmediately())); err != nil {
 			return fmt.Errorf("reclaim job: %w", err)
@@ -183,13 +181,13 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 // newReclaimer builds the DLT reclaimer over the topics of the consumers this
 // process runs: each instance re-drives only records its own handlers will
 // take back.
-func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg prometheus.Registerer) (*reclaim.Reclaimer, error) {
+func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg prometheus.Registerer, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	sc := saramaConfig(cfg)
 	sc.ClientID = "product-consumers-reclaimer"
 	r, err := reclaim.New(reclaim.Config{
 		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
 		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
-		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc,
+		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc, Lock: lock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reclaimer: %w", err)

@@ -287,30 +287,3 @@ func sortedValues[K comparable, V any](m map[K]V, key func(V) int64) []V {
 	slices.SortFunc(out, func(a, b V) int { return cmp.Compare(key(a), key(b)) })
 	return out
 }
-
-// ExclusivePass runs fn unless another session holds the advisory lock
-// `name`: fn runs while this session holds it, so of several replicas
-// reclaiming the same topics only one runs a pass at a time. ran reports
-// whether fn ran.
-func (s *Store) ExclusivePass(ctx context.Context, name string, fn func(context.Context)) (ran bool, err error) {
-	conn, err := s.db.Pool.Acquire(ctx)
-	if err != nil {
-		return false, fmt.Errorf("take the lock %s: %w", name, pg.MapErr(err))
-	}
-	defer conn.Release()
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, int32(pg.ReclaimLock), name).Scan(&ran); err != nil {
-		return false, fmt.Errorf("take the lock %s: %w", name, pg.MapErr(err))
-	}
-	if !ran {
-		return false, nil
-	}
-	defer func() {
-		// A session that cannot unlock is closed instead: closing it
-		// releases the lock.
-		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1, hashtext($2))`, int32(pg.ReclaimLock), name); uerr != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
-	fn(ctx)
-	return true, nil
-}
