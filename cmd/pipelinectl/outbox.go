@@ -109,7 +109,11 @@ func outboxFailedRedrive(fs *flag.FlagSet) func(context.Context, env, output, []
 			return err
 		}
 		defer st.Close()
-		moved, err := st.Redrive(ctx, outboxops.Selection{IDs: ids, All: *all}, who, *dryRun)
+		sel := outboxops.Selection{IDs: ids, All: *all, Progress: func(n int) {
+			// Chunks commit one by one: a re-drive cut short keeps what it moved.
+			fmt.Fprintf(e.stderr, "re-driven %d so far\n", n)
+		}}
+		moved, err := st.Redrive(ctx, sel, who, *dryRun)
 		if err != nil {
 			return err
 		}

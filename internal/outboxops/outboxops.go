@@ -78,11 +78,27 @@ func (s *Store) ListFailed(ctx context.Context, limit int) ([]Failed, error) {
 	return scanFailed(rows)
 }
 
-// Selection names the outbox_failed rows to re-drive: IDs, or every row.
+// Selection names the outbox_failed rows to re-drive: IDs (at most MaxIDs,
+// moved in one transaction), or every row (moved in chunks).
 type Selection struct {
 	IDs []int64
 	All bool
+	// Chunk is how many rows one transaction of an All re-drive moves
+	// (0: RedriveChunk).
+	Chunk int
+	// Progress, when set, is called after each committed chunk of an All
+	// re-drive with the number of rows moved so far.
+	Progress func(moved int)
 }
+
+// RedriveChunk is the rows one transaction of an All re-drive moves. The
+// relay cannot publish past an outbox id a running transaction may still
+// commit, so one long transaction re-driving everything would stop all
+// publishing until it commits; a chunk holds it back for milliseconds.
+const RedriveChunk = 500
+
+// MaxIDs bounds the ids one re-drive may name.
+const MaxIDs = 10_000
 
 // Redriven is one failed event moved back into the outbox.
 type Redriven struct {
@@ -90,11 +106,14 @@ type Redriven struct {
 	NewOutboxID int64 `json:"newOutboxId"` // 0 in a dry run
 }
 
-// Redrive moves the selected outbox_failed rows back into the outbox, in one
-// transaction, keeping each event's id and sequence, and records each move in
-// outbox_redrive with `by` and the time. With dryRun it only reports what it
-// would move. A requested id that does not exist fails the whole call
-// (ErrNotFound) and nothing moves.
+// Redrive moves the selected outbox_failed rows back into the outbox,
+// keeping each event's id and sequence, and records each move in
+// outbox_redrive with `by` and the time. Named ids move in one transaction:
+// one that does not exist fails the whole call (ErrNotFound) and nothing
+// moves. All rows move in chunks of Selection.Chunk, each its own short
+// transaction, so the relay keeps publishing meanwhile; a chunk that fails
+// stops the re-drive, and what the chunks before it moved stays moved (it is
+// returned with the error). With dryRun it only reports what it would move.
 //
 // outbox.event_id is UNIQUE and the event's original row stays in the outbox
 // after it failed, until retention purges it. That row is behind the relay's
@@ -117,12 +136,51 @@ func (s *Store) Redrive(ctx context.Context, sel Selection, by string, dryRun bo
 	if !sel.All && len(sel.IDs) == 0 {
 		return nil, errors.New("re-drive: no rows selected")
 	}
+	if len(sel.IDs) > MaxIDs {
+		return nil, fmt.Errorf("re-drive: %d ids, at most %d a call", len(sel.IDs), MaxIDs)
+	}
+	if !sel.All {
+		return s.redriveChunk(ctx, sel, 0, 0, by, dryRun)
+	}
+	size := sel.Chunk
+	if size <= 0 {
+		size = RedriveChunk
+	}
+	var out []Redriven
+	for after := int64(0); ; {
+		chunk, err := s.redriveChunk(ctx, sel, after, size, by, dryRun)
+		out = append(out, chunk...)
+		if err != nil {
+			return out, err
+		}
+		if len(chunk) < size {
+			return out, nil
+		}
+		after = chunk[len(chunk)-1].ID
+		if sel.Progress != nil && !dryRun {
+			sel.Progress(len(out))
+		}
+	}
+}
+
+// redriveChunk moves, in one transaction, the selected rows: sel.IDs, or
+// (for All) up to size rows with ids above after.
+func (s *Store) redriveChunk(ctx context.Context, sel Selection, after int64, size int, by string, dryRun bool) ([]Redriven, error) {
 	var out []Redriven
 	err := s.db.InTx(ctx, func(tx pgx.Tx) error {
 		// FOR UPDATE: two operators re-driving the same row serialise, and
 		// the second finds it gone.
-		rows, err := tx.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed
-			WHERE $1 OR id = ANY($2) ORDER BY id FOR UPDATE`, sel.All, sel.IDs)
+		var (
+			rows pgx.Rows
+			err  error
+		)
+		if sel.All {
+			rows, err = tx.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed
+				WHERE id > $1 ORDER BY id LIMIT $2 FOR UPDATE`, after, size)
+		} else {
+			rows, err = tx.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed
+				WHERE id = ANY($1) ORDER BY id FOR UPDATE`, sel.IDs)
+		}
 		if err != nil {
 			return fmt.Errorf("read outbox_failed: %w", err)
 		}
