@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Tests get a real PostgreSQL and Redis from scripts/testenv.sh, and the tools
 # the target uses (the benchmarks use none).
 TESTENV := eval "$$(scripts/testenv.sh)"
-TESTENV_TESTS := eval "$$(scripts/testenv.sh browser)"
+TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool)"
 TEST_TIMEOUT ?= 30m
 
 .PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers dev-kafka

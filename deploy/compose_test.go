@@ -247,7 +247,8 @@ func TestComposeTopics(t *testing.T) {
 		t.Errorf("kafka-topics creates other topics than pkg/events lists (-want +got):\n%s", diff)
 	}
 	script := strings.Join(append(slices.Clone(job.Entrypoint), job.Command...), " ")
-	for _, want := range []string{"for topic in $TOPICS", "kafka-topics.sh --bootstrap-server kafka:9092 --create --if-not-exists --topic \"$topic\" --partitions 3"} {
+	for _, want := range []string{"for topic in $TOPICS", "kafka-topics.sh --bootstrap-server kafka:9092 --create --if-not-exists --topic \"$topic\" --partitions 3",
+		"*.PARKED) retention=" + strconv.FormatInt(events.ParkedRetention.Milliseconds(), 10)} {
 		if !strings.Contains(script, want) {
 			t.Errorf("kafka-topics script lacks %q:\n%s", want, script)
 		}

@@ -291,8 +291,8 @@ func TestRunningServices(t *testing.T) {
 		}
 	})
 
-	t.Run("dashboard metrics", func(t *testing.T) {
-		exprs := dashboardQueries(t)
+	t.Run("dashboard and alert metrics", func(t *testing.T) {
+		exprs := append(dashboardQueries(t), alertExprs(t)...)
 		// Per-partition series appear once the groups have their
 		// partitions, handler latency once records were handled.
 		deadline := time.Now().Add(60 * time.Second)
@@ -318,7 +318,7 @@ func TestRunningServices(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("scrape error: %v; the dashboard refers to what the services do not expose:\n%s", scrapeErr, strings.Join(missing, "\n"))
+				t.Fatalf("scrape error: %v; the dashboard or the alert rules refer to what the services do not expose:\n%s", scrapeErr, strings.Join(missing, "\n"))
 			}
 			time.Sleep(250 * time.Millisecond)
 		}

@@ -3,7 +3,7 @@
 # environment to use them, as `export NAME=value` lines for eval:
 #
 #   eval "$(scripts/testenv.sh)"           # the databases only (benchmarks)
-#   eval "$(scripts/testenv.sh browser)"   # and Debian's chromium (make test, make e2e)
+#   eval "$(scripts/testenv.sh browser promtool)"   # and chromium and promtool (make test)
 #
 # PostgreSQL: TEST_DATABASE_URL if it is set and answers; else nothing (the
 # tests start a testcontainers container) when a Docker engine answers; else
@@ -24,7 +24,9 @@ for tool in "$@"; do
   case "$tool" in
     browser) # the browser test drives Debian's chromium headless
       command -v chromium >/dev/null 2>&1 || apt_install chromium ;;
-    *) log "testenv: unknown tool $tool (known: browser)"; exit 2 ;;
+    promtool) # the alert rules' unit tests; Debian ships it with prometheus
+      command -v promtool >/dev/null 2>&1 || apt_install prometheus ;;
+    *) log "testenv: unknown tool $tool (known: browser, promtool)"; exit 2 ;;
   esac
 done
 

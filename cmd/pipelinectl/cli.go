@@ -71,7 +71,7 @@ type command struct {
 
 // commands is the tree under `pipelinectl`.
 func commands() []*command {
-	return []*command{dltCommand(), outboxCommand(), clusterCommand()}
+	return []*command{dltCommand(), parkedCommand(), outboxCommand(), clusterCommand()}
 }
 
 func run(ctx context.Context, args []string, e env) int {

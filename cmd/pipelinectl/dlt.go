@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -18,10 +19,34 @@ import (
 
 func dltCommand() *command {
 	return &command{name: "dlt", summary: "dead-letter topics: list, redrive", sub: []*command{
-		{name: "list", summary: "per DLT partition: records, pending, oldest age, re-drive counts, errors", flags: dltList},
-		{name: "redrive", summary: "republish DLT records to their original partition", flags: dltRedrive},
+		{name: "list", summary: "per DLT partition: records, pending, oldest age, re-drive counts, errors", flags: listCmd(dltSource)},
+		{name: "redrive", summary: "republish DLT records to their original partition", flags: redriveCmd(dltSource)},
 	}}
 }
+
+func parkedCommand() *command {
+	return &command{name: "parked", summary: "parked dead letters (kept 90 days): list, redrive", sub: []*command{
+		{name: "list", summary: "per parked partition: records, pending, oldest age, re-drive counts, errors", flags: listCmd(parkedSource)},
+		{name: "redrive", summary: "republish parked records to their original partition", flags: redriveCmd(parkedSource)},
+	}}
+}
+
+// A source is what re-drives read: the dead-letter topics (the scheduled
+// reclaimer's, parking what they will not re-drive) or the parked topics
+// (an operator's last resort: everything goes back, whatever its count or
+// reason).
+type source struct {
+	suffix, park, group string
+	parked              bool
+}
+
+var (
+	dltSource    = source{suffix: events.DLTSuffix, park: events.ParkedSuffix, group: reclaim.Group}
+	parkedSource = source{suffix: events.ParkedSuffix, group: reclaim.ParkedGroup, parked: true}
+)
+
+// maxLimit bounds the records one call takes from a partition.
+const maxLimit = 10_000
 
 // topicsFlag resolves --topic (a topic such as like-events, or its domain,
 // like) against the event topics; empty means all.
@@ -40,13 +65,16 @@ func topicsFlag(v string) ([]string, error) {
 
 // reclaimer connects to Kafka; lock, when set, excludes the scheduled
 // reclaimers (and other pipelinectl runs) from each partition this one takes.
-func (e env) reclaimer(topics []string, minIdle time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
+func (e env) reclaimer(src source, topics []string, minIdle time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	brokers, err := e.setting(func(l *config.Loader) string { return strings.Join(l.List("KAFKA_BROKERS", nil), ",") })
 	if err != nil {
 		return nil, err
 	}
+	if src.parked {
+		maxRedrives = math.MaxInt // a parked record goes back whatever its count
+	}
 	return reclaim.New(reclaim.Config{
-		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
+		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: src.suffix, ParkSuffix: src.park, Group: src.group,
 		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(), Lock: lock,
 	})
 }
@@ -60,7 +88,11 @@ func (e env) reclaimLocks(ctx context.Context) (*pg.DB, error) {
 	return pg.Open(ctx, url, pg.Options{MaxConns: len(events.NewRegistry().Topics()) + 1})
 }
 
-func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
+func listCmd(src source) func(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, env, output, []string) error { return list(fs, src) }
+}
+
+func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []string) error {
 	topic := fs.String("topic", "", "only this topic (or domain); default all")
 	maxRedrives := fs.Int("max-redrives", 3, "re-drives after which a record counts as parked for good")
 	return func(ctx context.Context, e env, out output, args []string) error {
@@ -74,7 +106,7 @@ func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) erro
 		if err != nil {
 			return err
 		}
-		r, err := e.reclaimer(topics, 0, 1, *maxRedrives, nil) // reads only
+		r, err := e.reclaimer(src, topics, 0, 1, *maxRedrives, nil) // reads only
 		if err != nil {
 			return err
 		}
@@ -91,8 +123,12 @@ func dltList(fs *flag.FlagSet) func(context.Context, env, output, []string) erro
 	}
 }
 
-func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
-	topic := fs.String("topic", "", "the topic (or domain) whose DLT to re-drive (required)")
+func redriveCmd(src source) func(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, env, output, []string) error { return redrive(fs, src) }
+}
+
+func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []string) error {
+	topic := fs.String("topic", "", "the topic (or domain) whose records to re-drive (required)")
 	olderThan := fs.Duration("older-than", 0, "only records dead-lettered at least this long ago")
 	limit := fs.Int("limit", 100, "most records taken per partition")
 	maxRedrives := fs.Int("max-redrives", 3, "records re-driven this often already stay parked")
@@ -107,8 +143,8 @@ func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) e
 			return usagef("--topic is required")
 		case *olderThan < 0:
 			return usagef("--older-than must not be negative, got %s", *olderThan)
-		case *limit < 1:
-			return usagef("--limit must be positive, got %d", *limit)
+		case *limit < 1 || *limit > maxLimit:
+			return usagef("--limit must be 1 to %d, got %d", maxLimit, *limit)
 		case *maxRedrives < 1:
 			return usagef("--max-redrives must be positive, got %d", *maxRedrives)
 		}
@@ -121,12 +157,12 @@ func dltRedrive(fs *flag.FlagSet) func(context.Context, env, output, []string) e
 			return err
 		}
 		defer locks.Close()
-		r, err := e.reclaimer(topics, *olderThan, *limit, *maxRedrives, reclaim.PGLock(locks))
+		r, err := e.reclaimer(src, topics, *olderThan, *limit, *maxRedrives, reclaim.PGLock(locks))
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun, Force: *force})
+		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun, Force: *force || src.parked})
 		if *dryRun {
 			err = printDryRun(out, res)
 		} else {

@@ -256,6 +256,34 @@ func TestDLTCommands(t *testing.T) {
 	if diff := cmp.Diff([]string{"like-events.DLT", "0", "3", "3", "0", "0", "0", "0", "-"}, table[1]); diff != "" {
 		t.Errorf("second redrive finds nothing (-want +got):\n%s", diff)
 	}
+	// The parked record was kept in like-events.PARKED with its reason: the
+	// DLT's retention may delete it there, and one command brings it back.
+	parked := testenv.ReadTopic(t, s.brokers, "like-events.PARKED", 1, 10*time.Second)
+	if h := testenv.Headers(parked[0]); string(parked[0].Key) != "2" || !strings.Contains(h[reclaim.HeaderParkedReason], "re-driven 3 times") || h[pcon.HeaderOriginalTopic] != "like-events" {
+		t.Errorf("parked copy: key %s, headers %v", parked[0].Key, h)
+	}
+	admin, err := sarama.NewClusterAdmin(s.brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.DeleteRecords("like-events.DLT", map[int32]int64{0: 3}); err != nil {
+		t.Fatalf("retention of the DLT: %v", err)
+	}
+	if pl := lines(s.ok("parked", "list", "--topic", "like")); pl[1][0] != "like-events.PARKED" || pl[1][2] != "1" || pl[1][3] != "1" {
+		t.Errorf("parked list: %v, want one pending record in like-events.PARKED/0", pl)
+	}
+	if dry := lines(s.ok("parked", "redrive", "--topic", "like", "--dry-run")); len(dry) != 2 || dry[1][3] != "2" || dry[1][4] != "redriven" {
+		t.Errorf("parked redrive --dry-run: %v, want record 2 re-driven", dry)
+	}
+	s.ok("parked", "redrive", "--topic", "like")
+	back := testenv.ReadTopic(t, s.brokers, "like-events", 2, 10*time.Second)
+	if h := testenv.Headers(back[1]); string(back[1].Key) != "2" || h["ce_id"] != "ev-2" || h[reclaim.HeaderRedriveCount] != "4" || back[1].Partition != 0 {
+		t.Errorf("re-driven from the parked topic: key %s on partition %d, headers %v", back[1].Key, back[1].Partition, h)
+	}
+	if pl := lines(s.ok("parked", "list", "--topic", "like")); pl[1][3] != "0" {
+		t.Errorf("after the parked redrive %s pending, want 0", pl[1][3])
+	}
 }
 
 func TestBadInvocations(t *testing.T) {
@@ -267,13 +295,13 @@ func TestBadInvocations(t *testing.T) {
 		stderr string
 	}{
 		{"no command", nil, "", "a subcommand is required"},
-		{"unknown command", []string{"clusters"}, "", `unknown command "clusters"; one of: dlt, outbox, cluster`},
+		{"unknown command", []string{"clusters"}, "", `unknown command "clusters"; one of: dlt, parked, outbox, cluster`},
 		{"unknown flag", []string{"dlt", "list", "--bogus"}, "", "flag provided but not defined: -bogus"},
 		{"bad output", []string{"outbox", "status", "-o", "yaml"}, "", "-o must be table or json"},
 		{"redrive without topic", []string{"dlt", "redrive"}, "", "--topic is required"},
 		{"unknown topic", []string{"dlt", "redrive", "--topic", "refund"}, "", `unknown topic "refund"`},
 		{"bad duration", []string{"dlt", "redrive", "--topic", "like", "--older-than", "soon"}, "", "invalid value \"soon\" for flag -older-than"},
-		{"zero limit", []string{"dlt", "redrive", "--topic", "like", "--limit", "0"}, "", "--limit must be positive"},
+		{"zero limit", []string{"dlt", "redrive", "--topic", "like", "--limit", "0"}, "", "--limit must be 1 to 10000"},
 		{"ids and all", []string{"outbox", "failed", "redrive", "--all", "--id", "1"}, "", "give either --id N… or --all"},
 		{"neither ids nor all", []string{"outbox", "failed", "redrive"}, "", "give either --id N… or --all"},
 		{"bad id", []string{"outbox", "failed", "redrive", "--id", "x"}, "", "want a positive outbox_failed id"},

@@ -21,6 +21,17 @@ import (
 // Config.MaxRedrives.
 const HeaderRedriveCount = "pcon-redrive-count"
 
+// HeaderParkedReason and HeaderParkedAt say why and when the reclaimer
+// parked a record; it keeps every other header of the DLT record.
+const (
+	HeaderParkedReason = "pcon-parked-reason"
+	HeaderParkedAt     = "pcon-parked-at"
+)
+
+// ParkedGroup is the consumer group whose committed offsets in the parked
+// topics mark how far `pipelinectl parked redrive` got.
+const ParkedGroup = "pcon-parked-redriver"
+
 // Group is the consumer group whose committed offsets in the .DLT topics
 // mark how far reclaiming got. The scheduled reclaimer and pipelinectl share
 // it, so a record re-driven by hand is not re-driven again by the schedule.
@@ -32,7 +43,7 @@ type Outcome string
 // The outcomes, used as the `outcome` metric label.
 const (
 	Redriven Outcome = "redriven" // republished to its original topic
-	Parked   Outcome = "parked"   // not worth re-driving (see Record.Why): committed past, left in the DLT
+	Parked   Outcome = "parked"   // not worth re-driving (see Record.Why): copied to the parked topic, committed past
 	Skipped  Outcome = "skipped"  // not written by pcon (no origin headers): left in the DLT
 	Failed   Outcome = "failed"   // the republish failed: retried next pass
 )
@@ -46,6 +57,11 @@ type Config struct {
 	// topics are topic+DLTSuffix.
 	Topics    []string
 	DLTSuffix string
+	// ParkSuffix, when set, names the parked topic (topic+ParkSuffix) a
+	// parked record is copied to, with its reason, before the pass commits
+	// past it: the DLT's retention then cannot lose it. Empty leaves parked
+	// records in the source topic only.
+	ParkSuffix string
 	// Group is the consumer group whose committed offsets mark how far each
 	// DLT partition was reclaimed.
 	Group string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,9 +135,10 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	// Take the records first, then republish them as one batch and wait for
 	// every acknowledgement: one round trip per pass, not per record.
 	type taken struct {
-		offset int64
-		out    Outcome
-		why    string
+		m    *sarama.ConsumerMessage
+		info Info
+		out  Outcome
+		why  string
 	}
 	var (
 		took  []taken
@@ -153,9 +155,12 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 		if out != Parked && info.Origin != "" && time.Since(info.DeadSince) < o.MinIdle {
 			return false, nil // the rest of the partition is younger still
 		}
-		took = append(took, taken{m.Offset, out, why})
-		if out == Redriven {
+		took = append(took, taken{m, info, out, why})
+		switch {
+		case out == Redriven:
 			batch = append(batch, redriven(m, info))
+		case out == Parked && r.cfg.ParkSuffix != "":
+			batch = append(batch, parked(m, topic+r.cfg.ParkSuffix, why))
 		}
 		if o.DryRun {
 			pr.Records = append(pr.Records, Record{Offset: m.Offset, Outcome: out, Key: string(m.Key),
@@ -163,28 +168,40 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 		}
 		return true, nil
 	})
-	// failed holds the records whose republish was not acknowledged. The
-	// commit stops at the first that may heal (the broker down, say); one
-	// that cannot (its partition gone, too large) is parked, and the pass
-	// goes on past it rather than holding the partition back for good.
+	// failed holds the records whose republish (or parking) was not
+	// acknowledged. The commit stops at the first that may heal (the broker
+	// down, say); a republish that cannot (its partition gone, too large)
+	// parks the record instead, and the pass goes on past it rather than
+	// holding the partition back for good.
 	var failed map[int64]error
 	if !o.DryRun && len(batch) > 0 {
 		failed = r.republish(batch)
+		var late []*sarama.ProducerMessage
+		for i := range took {
+			x := &took[i]
+			if err, ok := failed[x.m.Offset]; ok && x.out == Redriven && unhealable(err) {
+				x.out, x.why = Parked, "its republish cannot succeed: "+err.Error()
+				delete(failed, x.m.Offset)
+				r.cfg.Logger.Warn("dead letter parked: its republish cannot succeed", "topic", dlt, "partition", p, "offset", x.m.Offset, service.ErrKey, err)
+				if r.cfg.ParkSuffix != "" {
+					late = append(late, parked(x.m, topic+r.cfg.ParkSuffix, x.why))
+				}
+			}
+		}
+		if len(late) > 0 {
+			maps.Copy(failed, r.republish(late))
+		}
 	}
 	commitTo := next
 	var sendErr error
 	for _, x := range took {
-		if err, ok := failed[x.offset]; ok {
-			if !unhealable(err) {
-				pr.Counts[Failed]++
-				sendErr = fmt.Errorf("republish %s/%d@%d to %s: %w", dlt, p, x.offset, topic, err)
-				break
-			}
-			x.out = Parked
-			r.cfg.Logger.Warn("dead letter parked: its republish cannot succeed", "topic", dlt, "partition", p, "offset", x.offset, service.ErrKey, err)
+		if err, ok := failed[x.m.Offset]; ok {
+			pr.Counts[Failed]++
+			sendErr = fmt.Errorf("%s %s/%d@%d: %w", verb(x.out), dlt, p, x.m.Offset, err)
+			break
 		}
 		pr.Counts[x.out]++
-		commitTo = x.offset + 1
+		commitTo = x.m.Offset + 1
 	}
 	pr.Err = errors.Join(readErr, sendErr)
 	if o.DryRun || commitTo == next {
@@ -268,6 +285,33 @@ func unhealable(err error) bool {
 		}
 	}
 	return false
+}
+
+func verb(o Outcome) string {
+	if o == Parked {
+		return "park"
+	}
+	return "republish"
+}
+
+// parked builds the copy of m kept in the parked topic: m's key, value and
+// every header (its origin, error and re-drive count among them), plus why
+// and when it was parked. It goes to the partition of the same number.
+func parked(m *sarama.ConsumerMessage, topic, why string) *sarama.ProducerMessage {
+	msg := &sarama.ProducerMessage{Topic: topic, Partition: m.Partition, Value: sarama.ByteEncoder(m.Value), Metadata: m.Offset}
+	if m.Key != nil {
+		msg.Key = sarama.ByteEncoder(m.Key)
+	}
+	for _, h := range m.Headers {
+		if h == nil || string(h.Key) == HeaderParkedReason || string(h.Key) == HeaderParkedAt {
+			continue
+		}
+		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	msg.Headers = append(msg.Headers,
+		sarama.RecordHeader{Key: []byte(HeaderParkedReason), Value: []byte(why)},
+		sarama.RecordHeader{Key: []byte(HeaderParkedAt), Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))})
+	return msg
 }
 
 // redriven builds the record that sends m back to the partition it was

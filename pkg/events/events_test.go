@@ -50,8 +50,8 @@ func TestTopics(t *testing.T) {
 		t.Errorf("Topics() mismatch (-want +got):\n%s", diff)
 	}
 	wantAll := []string{
-		"like-events", "like-events.DLT", "order-events", "order-events.DLT",
-		"product-events", "product-events.DLT", "stock-events", "stock-events.DLT",
+		"like-events", "like-events.DLT", "like-events.PARKED", "order-events", "order-events.DLT", "order-events.PARKED",
+		"product-events", "product-events.DLT", "product-events.PARKED", "stock-events", "stock-events.DLT", "stock-events.PARKED",
 	}
 	if diff := cmp.Diff(wantAll, reg.AllTopics()); diff != "" {
 		t.Errorf("AllTopics() mismatch (-want +got):\n%s", diff)

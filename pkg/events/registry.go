@@ -164,12 +164,13 @@ func (r *Registry) Topics() []string {
 	return slices.Compact(out)
 }
 
-// AllTopics lists every topic and its dead-letter topic, sorted. It is the one
-// list infrastructure (compose, Kubernetes, the dev broker) creates.
+// AllTopics lists every topic with its dead-letter and parked topics,
+// sorted. It is the one list infrastructure (compose, Kubernetes, the dev
+// broker) creates.
 func (r *Registry) AllTopics() []string {
 	var out []string
 	for _, t := range r.Topics() {
-		out = append(out, t, DLTOf(t))
+		out = append(out, t, DLTOf(t), ParkedOf(t))
 	}
 	slices.Sort(out)
 	return out

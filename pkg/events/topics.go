@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // typePrefix is the company segment every event type starts with.
@@ -10,6 +11,16 @@ const typePrefix = "loopers."
 
 // DLTSuffix is appended to a topic to name its dead-letter topic.
 const DLTSuffix = ".DLT"
+
+// ParkedSuffix is appended to a topic to name its parked topic: where the
+// reclaimer moves dead letters it will not re-drive by itself, kept much
+// longer than the dead-letter topic (ParkedRetention) so that an operator
+// can still re-drive them (pipelinectl parked).
+const ParkedSuffix = ".PARKED"
+
+// ParkedRetention is how long parked topics keep their records (90 days;
+// the dead-letter topics keep theirs 7).
+const ParkedRetention = 90 * 24 * time.Hour
 
 // TopicOf derives the Kafka topic of an event type by convention:
 // "loopers.{domain}.{action}.v{n}" is published to "{domain}-events".
@@ -27,6 +38,9 @@ func TopicOf(eventType string) (string, error) {
 
 // DLTOf names the dead-letter topic of topic.
 func DLTOf(topic string) string { return topic + DLTSuffix }
+
+// ParkedOf names the parked topic of topic.
+func ParkedOf(topic string) string { return topic + ParkedSuffix }
 
 func validVersion(s string) bool {
 	digits, ok := strings.CutPrefix(s, "v")

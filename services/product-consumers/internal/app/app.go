@@ -185,7 +185,7 @@ func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg promethe
 	sc := saramaConfig(cfg)
 	sc.ClientID = "product-consumers-reclaimer"
 	r, err := reclaim.New(reclaim.Config{
-		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
+		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: reclaim.Group,
 		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
 		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc, Lock: lock,
 	})
