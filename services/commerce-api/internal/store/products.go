@@ -133,12 +133,12 @@ func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size i
 
 // listQuery builds the statement of one listing page.
 //
-// Every product has its product_metrics row (migration 00009), so a sort
-// by an aggregate is one range scan of that column's (col DESC, product_id
-// DESC) index: the page's offset is skipped on the index alone (a metrics
-// row whose product does not exist is skipped by a primary-key probe), and
-// only the page's rows are joined to products. The newest-first order skips
-// its offset on the primary key alone, the same way.
+// Every product has its product_metrics row, marked listed (migrations
+// 00009 and 00010), so a sort by an aggregate is one range scan of that
+// column's partial (col DESC, product_id DESC) WHERE listed index: the
+// page's offset is skipped on the index alone, with no probe per skipped
+// entry, and only the page's rows are joined to products. The newest-first
+// order skips its offset on the primary key alone, the same way.
 func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 	col, ok := sortColumn[sort]
 	if !ok {
@@ -155,7 +155,7 @@ func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 	// col is one of sortColumn's constants, never input.
 	return `WITH page AS (
 		SELECT m.product_id AS id, m.` + col + ` AS k FROM product_metrics m
-		WHERE EXISTS (SELECT 1 FROM products x WHERE x.id = m.product_id)
+		WHERE m.listed
 		ORDER BY m.` + col + ` DESC, m.product_id DESC LIMIT ? OFFSET ?)
 	SELECT ` + productSelect + `
 	FROM page JOIN products p ON p.id = page.id LEFT JOIN product_metrics m ON m.product_id = p.id

@@ -96,9 +96,9 @@ func (s *Store) TopProducts(ctx context.Context, n int) (Snapshot, error) {
 		seen := map[int64]bool{}
 		for _, col := range []string{"like_count", "sales_count", "view_count"} {
 			// col is one of the constants above, never input; each has
-			// an index (col DESC, product_id DESC).
+			// an index (col DESC, product_id DESC) WHERE listed.
 			rows, err := scanChanges(ctx, tx, `SELECT `+changeColumns+`
-				ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT $1`, n)
+				WHERE m.listed ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT $1`, n)
 			if err != nil {
 				return err
 			}
