@@ -7,8 +7,8 @@
 // (chosen by its ce_type header where the channel has several): its headers
 // against the message's headers schema, its value against the payload
 // schema when the message's content type is JSON, its key against the
-// Kafka binding's key schema, and, where it carries ce_aggregateid, its key
-// must equal that header.
+// Kafka binding's key schema, and, where the key schema names a header in
+// x-equals-header, the key must equal that header.
 package eventcontract
 
 import (
@@ -48,6 +48,8 @@ type Message struct {
 	LegacyPayload json.RawMessage
 
 	headers, payload, key *jsonschema.Schema
+	binding               string // the name of its components.messageBindings entry
+	keyHeader             string // the header the key must equal, if any
 }
 
 // Example is one example of a message.
@@ -96,13 +98,21 @@ func Load(doc []byte) (*Contract, error) {
 		return nil, err
 	}
 	var d struct {
-		AsyncAPI string `json:"asyncapi"`
-		Channels map[string]struct {
+		AsyncAPI           string `json:"asyncapi"`
+		DefaultContentType string `json:"defaultContentType"`
+		Channels           map[string]struct {
 			Address  string                     `json:"address"`
 			Messages map[string]json.RawMessage `json:"messages"`
 		} `json:"channels"`
 		Components struct {
-			Messages map[string]rawMessage `json:"messages"`
+			Messages        map[string]rawMessage `json:"messages"`
+			MessageBindings map[string]struct {
+				Kafka struct {
+					Key struct {
+						EqualsHeader string `json:"x-equals-header"`
+					} `json:"key"`
+				} `json:"kafka"`
+			} `json:"messageBindings"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(js, &d); err != nil {
@@ -137,9 +147,10 @@ func Load(doc []byte) (*Contract, error) {
 			}
 			m := byID[id]
 			if m == nil {
-				if m, err = compileMessage(comp, id, rm); err != nil {
+				if m, err = compileMessage(comp, id, rm, d.DefaultContentType); err != nil {
 					return nil, err
 				}
+				m.keyHeader = d.Components.MessageBindings[m.binding].Kafka.Key.EqualsHeader
 				if prev, dup := c.messages[m.Name]; dup {
 					return nil, fmt.Errorf("message name %q is used by %s and %s", m.Name, prev.ID, m.ID)
 				}
@@ -161,13 +172,13 @@ type rawMessage struct {
 	Bindings      json.RawMessage   `json:"bindings"`
 }
 
-func compileMessage(comp *jsonschema.Compiler, id string, rm rawMessage) (*Message, error) {
+func compileMessage(comp *jsonschema.Compiler, id string, rm rawMessage, defaultContentType string) (*Message, error) {
 	if rm.Name == "" || rm.Headers == nil || rm.Payload == nil {
 		return nil, fmt.Errorf("message %s: want a name, headers and a payload", id)
 	}
 	m := &Message{Name: rm.Name, ID: id, ContentType: rm.ContentType, LegacyPayload: rm.LegacyPayload}
 	if m.ContentType == "" {
-		m.ContentType = "application/json" // the document's defaultContentType
+		m.ContentType = defaultContentType
 	}
 	base := "#/components/messages/" + id
 	var err error
@@ -177,11 +188,10 @@ func compileMessage(comp *jsonschema.Compiler, id string, rm rawMessage) (*Messa
 	if m.payload, err = comp.Compile(docURL + base + "/payload"); err != nil {
 		return nil, fmt.Errorf("message %s payload: %w", id, err)
 	}
-	keyLoc, err := bindingKey(rm.Bindings)
-	if err != nil {
+	if m.binding, err = bindingName(rm.Bindings); err != nil {
 		return nil, fmt.Errorf("message %s: %w", id, err)
 	}
-	if m.key, err = comp.Compile(docURL + keyLoc); err != nil {
+	if m.key, err = comp.Compile(docURL + "#/components/messageBindings/" + m.binding + "/kafka/key"); err != nil {
 		return nil, fmt.Errorf("message %s key: %w", id, err)
 	}
 	for _, raw := range rm.Examples {
@@ -198,19 +208,20 @@ func compileMessage(comp *jsonschema.Compiler, id string, rm rawMessage) (*Messa
 	return m, nil
 }
 
-// bindingKey returns the location of a message's Kafka key schema; the
-// bindings must be a reference to components.messageBindings.
-func bindingKey(raw json.RawMessage) (string, error) {
+// bindingName returns the components.messageBindings entry a message's
+// bindings refer to.
+func bindingName(raw json.RawMessage) (string, error) {
 	var ref struct {
 		Ref string `json:"$ref"`
 	}
 	if raw == nil || json.Unmarshal(raw, &ref) != nil {
 		return "", errors.New("want bindings as a $ref to components.messageBindings")
 	}
-	if !strings.HasPrefix(ref.Ref, "#/components/messageBindings/") {
+	name, ok := strings.CutPrefix(ref.Ref, "#/components/messageBindings/")
+	if !ok || name == "" {
 		return "", fmt.Errorf("bindings $ref %q is not in components.messageBindings", ref.Ref)
 	}
-	return ref.Ref + "/kafka/key", nil
+	return name, nil
 }
 
 // Default loads the document pkg/events embeds.
@@ -294,8 +305,8 @@ func (c *Contract) Check(r Record) (*Message, error) {
 			errs = append(errs, err)
 		}
 	}
-	if id, ok := headers["ce_aggregateid"]; ok && string(r.Key) != id {
-		errs = append(errs, fmt.Errorf("%s: key %q is not ce_aggregateid %q", m.Name, r.Key, id))
+	if h := m.keyHeader; h != "" && (r.Key == nil || string(r.Key) != headers[h]) {
+		errs = append(errs, fmt.Errorf("%s: key %q is not the %s header %q", m.Name, r.Key, h, headers[h]))
 	}
 	if r.Key != nil {
 		if err := m.key.Validate(string(r.Key)); err != nil {
