@@ -27,6 +27,10 @@ import (
 // the outbox and the relay, and a dead letter and its parked copy written
 // by product-consumers. A record written before the payloads had camelCase
 // names is published unchanged and still consumed.
+//
+// Not parallel, though it owns its database, broker and ports: its three
+// service processes would share 2 cores with the other end-to-end tests,
+// whose timing bounds (the live page's 2 s) they could break.
 func TestEventContract(t *testing.T) {
 	c, err := eventcontract.Default()
 	if err != nil {
