@@ -95,7 +95,7 @@ func TestWireFormat(t *testing.T) {
 }
 
 // TestLegacyPayloads: records written before the json tags must decode to
-// the same events. This rests on encoding/json matching member names to
+// the same events (and consumers built before them read the new records). This rests on encoding/json matching member names to
 // tags case-insensitively, with unknown members refused: each old name
 // differs from its tag in case only.
 func TestLegacyPayloads(t *testing.T) {
@@ -110,6 +110,15 @@ func TestLegacyPayloads(t *testing.T) {
 			}
 			if string(old) != tc.older {
 				t.Fatalf("the untagged form of %T is %s, not the fixture %s", tc.ev, old, tc.older)
+			}
+			// And the other way, for a rolling deploy: a reader built before
+			// the tags reads the new bytes as the same event.
+			prev := reflect.New(reflect.TypeOf(untagged(tc.ev)))
+			if err := json.Unmarshal([]byte(tc.current), prev.Interface()); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(untagged(tc.ev), prev.Elem().Interface()); diff != "" {
+				t.Errorf("a reader without tags reads the new bytes differently (-want +got):\n%s", diff)
 			}
 			rec, err := reg.Marshal(tc.ev)
 			if err != nil {

@@ -44,7 +44,8 @@
 // re-driven later. They decode to the same events, because encoding/json
 // matches member names to tags without regard to case and every old name
 // differs from its tag in case only; the tests decode the old bytes of
-// every type. The decoder refuses members it does not know, so a misspelt
+// every type. For the same reason a reader built before the tags reads the
+// new names, so producers and consumers may be upgraded in any order. The decoder refuses members it does not know, so a misspelt
 // member is bad data rather than a zero value.
 //
 // Topics are derived from the type by convention ("loopers.order.paid.v1" →
