@@ -39,12 +39,12 @@ func (h hostile) event(t *testing.T) cloudevents.Event {
 // like and order are well-formed events that each case below changes in
 // one way.
 func like(user string) hostile {
-	return hostile{goodID, "loopers.like.created.v1", "Product", "7", "42", `{"UserID":` + jsonString(user) + `,"ProductID":7}`}
+	return hostile{goodID, "loopers.like.created.v1", "Product", "7", "42", `{"userId":` + jsonString(user) + `,"productId":7}`}
 }
 
 func order(amount int64, items string) hostile {
 	return hostile{goodID, "loopers.order.paid.v1", "Order", "9", "42",
-		`{"OrderID":9,"PaymentID":3,"Amount":` + strconv.FormatInt(amount, 10) + `,"Items":[` + items + `]}`}
+		`{"orderId":9,"paymentId":3,"amount":` + strconv.FormatInt(amount, 10) + `,"items":[` + items + `]}`}
 }
 
 // jsonString encodes s as encoding/json does: control characters escaped,
@@ -61,7 +61,7 @@ func with(h hostile, f func(*hostile)) hostile { f(&h); return h }
 // dead-letter it at once instead of retrying its batch.
 func TestFromCloudEventBounds(t *testing.T) {
 	reg := events.NewRegistry()
-	maxLine := `{"ProductID":1,"Quantity":10000,"UnitPrice":1000000000}`
+	maxLine := `{"productId":1,"quantity":10000,"unitPrice":1000000000}`
 	tests := []struct {
 		name string
 		in   hostile
@@ -71,11 +71,11 @@ func TestFromCloudEventBounds(t *testing.T) {
 		{"user id with invalid UTF-8", like("\xff")},
 		{"user id with a space", like("a b")},
 		{"user id with non-ASCII", like("사용자")},
-		{"view by an invalid user", hostile{goodID, "loopers.product.viewed.v1", "Product", "7", "1", `{"ProductID":7,"UserID":"a\u0000"}`}},
-		{"quantity above the API's limit", order(10001, `{"ProductID":1,"Quantity":10001,"UnitPrice":1}`)},
-		{"price above the API's limit", order(1000000001, `{"ProductID":1,"Quantity":1,"UnitPrice":1000000001}`)},
-		{"quantity times price overflows", order(0, `{"ProductID":1,"Quantity":9223372036854775807,"UnitPrice":2}`)},
-		{"amount not the sum of the lines", order(5, `{"ProductID":1,"Quantity":2,"UnitPrice":3}`)},
+		{"view by an invalid user", hostile{goodID, "loopers.product.viewed.v1", "Product", "7", "1", `{"productId":7,"userId":"a\u0000"}`}},
+		{"quantity above the API's limit", order(10001, `{"productId":1,"quantity":10001,"unitPrice":1}`)},
+		{"price above the API's limit", order(1000000001, `{"productId":1,"quantity":1,"unitPrice":1000000001}`)},
+		{"quantity times price overflows", order(0, `{"productId":1,"quantity":9223372036854775807,"unitPrice":2}`)},
+		{"amount not the sum of the lines", order(5, `{"productId":1,"quantity":2,"unitPrice":3}`)},
 		{"too many lines", order(101*10_000*1_000_000_000, strings.TrimSuffix(strings.Repeat(maxLine+",", 101), ","))},
 		{"id not a UUID", with(like("u1"), func(h *hostile) { h.id = "id-1" })},
 		{"id longer than a UUID", with(like("u1"), func(h *hostile) { h.id = goodID + strings.Repeat("x", 300) })},
@@ -88,7 +88,7 @@ func TestFromCloudEventBounds(t *testing.T) {
 		{"sequence with a plus sign", with(like("u1"), func(h *hostile) { h.seq = "+5" })},
 		{"sequence with a leading zero", with(like("u1"), func(h *hostile) { h.seq = "05" })},
 		{"data above the record limit", with(like("u1"), func(h *hostile) {
-			h.data = `{"UserID":"u1","ProductID":7,"Pad":"` + strings.Repeat("x", events.MaxRecordBytes) + `"}`
+			h.data = `{"userId":"u1","productId":7,"pad":"` + strings.Repeat("x", events.MaxRecordBytes) + `"}`
 		})},
 	}
 	for _, tc := range tests {
@@ -106,8 +106,8 @@ func TestFromCloudEventBounds(t *testing.T) {
 		"user id of every symbol":  like("a.b_c-d@e+f:G9"),
 		"largest line":             order(10_000*1_000_000_000, maxLine),
 		"sequence at the bound":    with(like("u1"), func(h *hostile) { h.seq = strconv.FormatInt(events.MaxSequence, 10) }),
-		"anonymous view":           {goodID, "loopers.product.viewed.v1", "Product", "7", "1", `{"ProductID":7,"UserID":""}`},
-		"free order (price zero)":  order(0, `{"ProductID":1,"Quantity":3,"UnitPrice":0}`),
+		"anonymous view":           {goodID, "loopers.product.viewed.v1", "Product", "7", "1", `{"productId":7,"userId":""}`},
+		"free order (price zero)":  order(0, `{"productId":1,"quantity":3,"unitPrice":0}`),
 		"most lines at most price": order(100*10_000*1_000_000_000, strings.TrimSuffix(strings.Repeat(maxLine+",", 100), ",")),
 	} {
 		t.Run("accepts "+name, func(t *testing.T) {
@@ -135,9 +135,10 @@ func TestValidateUserID(t *testing.T) {
 // and name the payload's own aggregate.
 func FuzzFromCloudEvent(f *testing.F) {
 	reg := events.NewRegistry()
-	f.Add(goodID, "loopers.like.created.v1", "Product", "7", "42", []byte(`{"UserID":"u1","ProductID":7}`))
-	f.Add(goodID, "loopers.order.paid.v1", "Order", "9", "1", []byte(`{"OrderID":9,"PaymentID":3,"Amount":6,"Items":[{"ProductID":1,"Quantity":2,"UnitPrice":3}]}`))
-	f.Add("x", "loopers.stock.depleted.v1", "Product", "1", "9223372036854775807", []byte(`{"ProductID":1}`))
+	f.Add(goodID, "loopers.like.created.v1", "Product", "7", "42", []byte(`{"userId":"u1","productId":7}`))
+	f.Add(goodID, "loopers.like.canceled.v1", "Product", "7", "43", []byte(`{"UserID":"u1","ProductID":7}`)) // written before the json tags
+	f.Add(goodID, "loopers.order.paid.v1", "Order", "9", "1", []byte(`{"orderId":9,"paymentId":3,"amount":6,"items":[{"productId":1,"quantity":2,"unitPrice":3}]}`))
+	f.Add("x", "loopers.stock.depleted.v1", "Product", "1", "9223372036854775807", []byte(`{"productId":1}`))
 	f.Fuzz(func(t *testing.T, id, typ, aggType, aggID, seq string, data []byte) {
 		ce := hostile{id, typ, aggType, aggID, seq, string(data)}.event(t)
 		m, err := reg.FromCloudEvent(ce)

@@ -72,21 +72,21 @@ func userIDByte(c byte) bool {
 // its lines, computed without overflow.
 func validateOrder(e OrderPaidV1) error {
 	if e.OrderID <= 0 || e.PaymentID <= 0 {
-		return errors.New("want positive OrderID and PaymentID")
+		return errors.New("want positive orderId and paymentId")
 	}
 	if len(e.Items) == 0 || len(e.Items) > MaxOrderItems {
 		return fmt.Errorf("want 1 to %d items, got %d", MaxOrderItems, len(e.Items))
 	}
 	var sum int64
 	for i, it := range e.Items {
-		if err := positive("ProductID", it.ProductID); err != nil {
+		if err := positive("productId", it.ProductID); err != nil {
 			return fmt.Errorf("item %d: %w", i, err)
 		}
 		if it.Quantity <= 0 || it.Quantity > MaxQuantity {
-			return fmt.Errorf("item %d: want Quantity 1 to %d, got %d", i, MaxQuantity, it.Quantity)
+			return fmt.Errorf("item %d: want quantity 1 to %d, got %d", i, MaxQuantity, it.Quantity)
 		}
 		if it.UnitPrice < 0 || it.UnitPrice > MaxUnitPrice {
-			return fmt.Errorf("item %d: want UnitPrice 0 to %d, got %d", i, MaxUnitPrice, it.UnitPrice)
+			return fmt.Errorf("item %d: want unitPrice 0 to %d, got %d", i, MaxUnitPrice, it.UnitPrice)
 		}
 		line, ok := mulAdd(sum, it.Quantity, it.UnitPrice)
 		if !ok {
@@ -95,7 +95,7 @@ func validateOrder(e OrderPaidV1) error {
 		sum = line
 	}
 	if e.Amount != sum {
-		return fmt.Errorf("want Amount %d, the sum of the items, got %d", sum, e.Amount)
+		return fmt.Errorf("want amount %d, the sum of the items, got %d", sum, e.Amount)
 	}
 	return nil
 }
@@ -116,16 +116,16 @@ func mulAdd(acc, a, b int64) (int64, bool) {
 
 func userProduct(user string, product int64) error {
 	if err := ValidateUserID(user); err != nil {
-		return fmt.Errorf("UserID %q: %w", user, err)
+		return fmt.Errorf("userId %q: %w", user, err)
 	}
-	return positive("ProductID", product)
+	return positive("productId", product)
 }
 
 // viewer checks a view: the user is optional (anonymous views) but, when
 // present, follows the user id rule.
 func viewer(user string, product int64) error {
 	if user == "" {
-		return positive("ProductID", product)
+		return positive("productId", product)
 	}
 	return userProduct(user, product)
 }

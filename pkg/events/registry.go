@@ -103,7 +103,7 @@ func NewRegistry() *Registry {
 		func(e ProductViewedV1) error { return viewer(e.UserID, e.ProductID) })
 	register(r, "loopers.stock.depleted.v1", AggregateProduct,
 		func(e StockDepletedV1) string { return strconv.FormatInt(e.ProductID, 10) },
-		func(e StockDepletedV1) error { return positive("ProductID", e.ProductID) })
+		func(e StockDepletedV1) error { return positive("productId", e.ProductID) })
 	return r
 }
 
@@ -126,6 +126,10 @@ func register[T any](r *Registry, typ, aggregateType string, id func(T) string, 
 		decode: func(data []byte) (any, error) {
 			var v T
 			dec := json.NewDecoder(bytes.NewReader(data))
+			// A published version never gains a member (a change is a new
+			// version), so an unknown one is a misspelling or a forgery: a
+			// "unit_price" must not decode as a free order line.
+			dec.DisallowUnknownFields()
 			if err := dec.Decode(&v); err != nil {
 				return nil, fmt.Errorf("%s: %w: %v", typ, ErrBadData, err)
 			}

@@ -68,7 +68,7 @@ type server struct {
 }
 
 // NewHandler returns the service's whole HTTP handler: the API under /api/v1,
-// /openapi.yaml, and /healthz, /readyz, /metrics.
+// /openapi.yaml, /asyncapi.yaml, and /healthz, /readyz, /metrics.
 func NewHandler(d Deps) (http.Handler, error) {
 	if d.Store == nil || d.Logger == nil || d.Metrics == nil {
 		return nil, errors.New("api: Store, Logger and Metrics are required")
@@ -105,10 +105,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 // routes registers every route that answers within the request deadline.
 func (s *server) routes(r chi.Router, d Deps) {
 	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
-	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/yaml")
-		_, _ = w.Write(OpenAPI)
-	})
+	r.Get("/openapi.yaml", yamlDoc(OpenAPI))
+	// The events this API's outbox publishes: their topics, headers and payloads.
+	r.Get("/asyncapi.yaml", yamlDoc(events.AsyncAPI()))
 	r.Get("/", web.Index)
 	r.Handle("/static/*", web.Static())
 	r.Route("/api/v1", func(r chi.Router) {
@@ -124,6 +123,14 @@ func (s *server) routes(r chi.Router, d Deps) {
 			r.Get("/cluster", s.handle(clusterView(d.Cluster)))
 		}
 	})
+}
+
+// yamlDoc serves a YAML document.
+func yamlDoc(doc []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(doc)
+	}
 }
 
 // handle adapts a handler that returns an error.

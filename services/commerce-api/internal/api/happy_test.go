@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store/storetest"
 )
 
@@ -42,8 +44,8 @@ func TestProductCreateAndView(t *testing.T) {
 
 	id := created.ID
 	wantEvents := []storetest.Event{
-		productEvent("loopers.product.viewed.v1", id, fmt.Sprintf(`{"ProductID":%d,"UserID":"u1"}`, id)),
-		productEvent("loopers.product.viewed.v1", id, fmt.Sprintf(`{"ProductID":%d,"UserID":""}`, id)),
+		productEvent("loopers.product.viewed.v1", id, fmt.Sprintf(`{"productId":%d,"userId":"u1"}`, id)),
+		productEvent("loopers.product.viewed.v1", id, fmt.Sprintf(`{"productId":%d,"userId":""}`, id)),
 	}
 	if diff := cmp.Diff(wantEvents, e.db.Events(t, 0)); diff != "" {
 		t.Errorf("outbox (-want +got):\n%s", diff)
@@ -106,7 +108,7 @@ func TestLikeAndUnlike(t *testing.T) {
 	e := newEnv(t)
 	p := e.createProduct(t, "mug", 9000, 3)
 	path := fmt.Sprintf("/api/v1/products/%d/likes", p)
-	liked := fmt.Sprintf(`{"UserID":"alice","ProductID":%d}`, p)
+	liked := fmt.Sprintf(`{"userId":"alice","productId":%d}`, p)
 	steps := []struct {
 		name, method string
 		want         likeBody
@@ -170,9 +172,9 @@ func TestOrderAndPayment(t *testing.T) {
 	}
 	wantEvents := []storetest.Event{
 		{Type: "loopers.order.paid.v1", AggregateType: "Order", AggregateID: strconv.FormatInt(o.ID, 10),
-			Payload: fmt.Sprintf(`{"OrderID":%d,"PaymentID":%d,"Amount":12500,"Items":[{"ProductID":%d,"Quantity":3,"UnitPrice":1500},{"ProductID":%d,"Quantity":2,"UnitPrice":4000}]}`,
+			Payload: fmt.Sprintf(`{"orderId":%d,"paymentId":%d,"amount":12500,"items":[{"productId":%d,"quantity":3,"unitPrice":1500},{"productId":%d,"quantity":2,"unitPrice":4000}]}`,
 				o.ID, pay.PaymentID, p1, p2)},
-		productEvent("loopers.stock.depleted.v1", p2, fmt.Sprintf(`{"ProductID":%d}`, p2)),
+		productEvent("loopers.stock.depleted.v1", p2, fmt.Sprintf(`{"productId":%d}`, p2)),
 	}
 	if diff := cmp.Diff(wantEvents, e.db.Events(t, 0)); diff != "" {
 		t.Errorf("outbox (-want +got):\n%s", diff)
@@ -199,10 +201,14 @@ func TestOps(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.createProduct(t, "x", 1, 1)
-	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
+	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml", "/asyncapi.yaml"} {
 		if r := e.do(t, "GET", path, "", ""); r.Status != http.StatusOK {
 			t.Errorf("%s: %d %s", path, r.Status, r.Body)
 		}
+	}
+	// Served beside the OpenAPI document: the one pkg/events' tests check.
+	if r := e.do(t, "GET", "/asyncapi.yaml", "", ""); !bytes.Equal(r.Body, events.AsyncAPI()) || r.Header.Get("Content-Type") != "application/yaml" {
+		t.Errorf("/asyncapi.yaml is not events.AsyncAPI() as application/yaml (Content-Type %q)", r.Header.Get("Content-Type"))
 	}
 	e.do(t, "GET", "/api/v1/products/424242", "", "")
 	e.do(t, "GET", "/no/such/route", "", "")

@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/eventcontract"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -105,7 +106,36 @@ func newEnvStore(t testing.TB, cfg func(*storeConfig), with ...func(*api.Deps)) 
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
+	e := &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
+	t.Cleanup(func() { checkOutbox(t, e.db) })
+	return e
+}
+
+var (
+	contractOnce sync.Once
+	contractDoc  *eventcontract.Contract
+	contractErr  error
+)
+
+// checkOutbox validates every event a test's requests wrote to the outbox
+// against the AsyncAPI document, as checkSpec does every response against
+// the OpenAPI one: the payloads the relay will publish verbatim.
+func checkOutbox(t testing.TB, db *storetest.DB) {
+	t.Helper()
+	contractOnce.Do(func() { contractDoc, contractErr = eventcontract.Default() })
+	if contractErr != nil {
+		t.Fatalf("asyncapi.yaml: %v", contractErr)
+	}
+	for _, r := range db.Outbox(t, 0) {
+		m, ok := contractDoc.Message(r.Type)
+		if !ok {
+			t.Errorf("outbox row %d: type %q is not in asyncapi.yaml", r.ID, r.Type)
+			continue
+		}
+		if err := m.CheckPayload([]byte(r.Payload)); err != nil {
+			t.Errorf("outbox row %d does not match asyncapi.yaml: %v", r.ID, err)
+		}
+	}
 }
 
 type response struct {
