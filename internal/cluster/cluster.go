@@ -43,10 +43,6 @@ const (
 // Statuses lists every status, in order of health.
 var Statuses = []string{StatusAlive, StatusSuspect, StatusDown, StatusLeft}
 
-// RelayLease is the relay_lease row whose leader and history the view shows
-// (the relay's relay.LeaseName).
-const RelayLease = "outbox-relay"
-
 // Defaults of Config, also the documented defaults of the CLUSTER_* settings.
 const (
 	DefaultHeartbeatInterval = 2 * time.Second

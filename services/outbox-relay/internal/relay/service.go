@@ -24,9 +24,6 @@ import (
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
-// LeaseName names the relay's row in relay_lease.
-const LeaseName = "outbox-relay"
-
 // Service is a relay node: it competes for the lease and, while leading, runs
 // passes on a timer and on every outbox commit, and purges old rows.
 type Service struct {
@@ -45,7 +42,7 @@ type Service struct {
 
 // NewService wires a relay node from its dependencies.
 func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher) (*Service, error) {
-	elector, err := lease.New(st, LeaseName, cfg.NodeID, cfg.LeaseTTL, logger, nil)
+	elector, err := lease.New(st, outbox.RelayLease, cfg.NodeID, cfg.LeaseTTL, logger, nil)
 	if err != nil {
 		return nil, err
 	}

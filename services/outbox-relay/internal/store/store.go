@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/service"
 )
@@ -67,11 +68,8 @@ func (f Fence) args(a pgx.NamedArgs) pgx.NamedArgs {
 
 // Cursor returns the id of the last outbox row the relay has handled.
 func (s *Store) Cursor(ctx context.Context) (int64, error) {
-	var id int64
-	if err := s.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor WHERE id = 1`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("read cursor: %w", pg.MapErr(err))
-	}
-	return id, nil
+	id, err := outbox.ReadCursor(ctx, s.pool.QueryRow)
+	return id, pg.MapErr(err)
 }
 
 // Row is an outbox row as the relay reads it.
@@ -228,7 +226,7 @@ func (s *Store) Advance(ctx context.Context, f Fence, from, to int64, failed []F
 	var n int
 	err := s.pool.QueryRow(ctx, advance, f.args(pgx.NamedArgs{"from": from, "to": to, "ids": ids, "errs": errs})).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("advance cursor to %d: %w", to, err)
+		return fmt.Errorf("advance cursor to %d: %w", to, pg.MapErr(err))
 	}
 	if n != 1 {
 		return fmt.Errorf("advance cursor to %d: %w", to, ErrFenced)
@@ -249,7 +247,7 @@ func (s *Store) MarkRetry(ctx context.Context, f Fence, id int64, after time.Dur
 		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, ErrFenced)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, err)
+		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, pg.MapErr(err))
 	}
 	return at, nil
 }
@@ -269,17 +267,11 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, chunk int) (
 	return n, nil
 }
 
-// Backlog returns how many rows are after the cursor and the age of the
-// oldest of them (0 when there is none).
-func (s *Store) Backlog(ctx context.Context) (rows int64, oldest time.Duration, err error) {
-	var secs float64
-	err = s.pool.QueryRow(ctx, `
-		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
-		FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)`).Scan(&rows, &secs)
-	if err != nil {
-		return 0, 0, fmt.Errorf("measure backlog: %w", pg.MapErr(err))
-	}
-	return rows, time.Duration(secs * float64(time.Second)), nil
+// State reads the relay's state: the cursor, the backlog after it and the
+// age of its oldest row, and the lease.
+func (s *Store) State(ctx context.Context) (outbox.RelayState, error) {
+	st, err := outbox.ReadRelayState(ctx, s.pool.QueryRow)
+	return st, pg.MapErr(err)
 }
 
 // AcquireLease takes or renews the named lease for owner until now + ttl, in
@@ -303,7 +295,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("acquire lease %s: %w", name, err)
+		return 0, false, fmt.Errorf("acquire lease %s: %w", name, pg.MapErr(err))
 	}
 	return token, true, nil
 }
@@ -315,7 +307,7 @@ func (s *Store) ReleaseLease(ctx context.Context, f Fence) error {
 		UPDATE relay_lease SET lease_until = '-infinity'
 		WHERE name = $1 AND owner = $2 AND token = $3`, f.Lease, f.Owner, f.Token)
 	if err != nil {
-		return fmt.Errorf("release lease %s: %w", f.Lease, err)
+		return fmt.Errorf("release lease %s: %w", f.Lease, pg.MapErr(err))
 	}
 	return nil
 }
