@@ -14,10 +14,7 @@ import (
 
 func (n *node) published() int { return int(testutil.ToFloat64(n.svc.relay.metrics.published)) }
 
-func (n *node) leading() bool {
-	_, ok := n.svc.elector.Fence()
-	return ok
-}
+func (n *node) leading() bool { return n.svc.Leading() }
 
 func TestOnlyTheLeaderPublishes(t *testing.T) {
 	env := relaytest.New(t)
