@@ -60,12 +60,12 @@ func scanFailed(rows pgx.Rows) ([]Failed, error) {
 	for rows.Next() {
 		var f Failed
 		if err := rows.Scan(&f.ID, &f.OutboxID, &f.Sequence, &f.EventID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Error, &f.FailedAt); err != nil {
-			return nil, fmt.Errorf("read outbox_failed: %w", err)
+			return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 		}
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read outbox_failed: %w", err)
+		return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 	}
 	return out, nil
 }
@@ -74,7 +74,7 @@ func scanFailed(rows pgx.Rows) ([]Failed, error) {
 func (s *Store) ListFailed(ctx context.Context, limit int) ([]Failed, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed ORDER BY id LIMIT $1`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox_failed: %w", err)
+		return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 	}
 	return scanFailed(rows)
 }

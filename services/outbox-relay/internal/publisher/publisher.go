@@ -16,6 +16,7 @@ import (
 	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -98,17 +99,12 @@ type result struct {
 // keeps per-partition order across retries), 3 retries, and sendTimeout as
 // the broker's ack timeout.
 func Config(sendTimeout time.Duration) *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.ClientID = "outbox-relay"
-	cfg.Version = sarama.V3_6_0_0
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg := kafka.Config("outbox-relay")
 	cfg.Producer.Idempotent = true
 	cfg.Net.MaxOpenRequests = 1
 	cfg.Producer.Retry.Max = 3
 	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
 	cfg.Producer.Timeout = sendTimeout
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Return.Errors = true
 	cfg.Producer.Partitioner = sarama.NewHashPartitioner
 	cfg.ChannelBufferSize = 4096
 	cfg.Metadata.AllowAutoTopicCreation = false

@@ -16,7 +16,6 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
-	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // ErrFenced is returned by a write that carries a fencing token which is no
@@ -312,47 +311,8 @@ func (s *Store) ReleaseLease(ctx context.Context, f Fence) error {
 	return nil
 }
 
-// Listen LISTENs on channel on a dedicated connection and calls notify for
-// every notification, and once after each (re)connection since notifications
-// sent while disconnected are lost. A lost connection is re-established with
-// exponential backoff. It returns when ctx ends.
+// Listen LISTENs on channel and calls notify for every notification, and
+// after each (re)connection (pg.DB.Listen).
 func (s *Store) Listen(ctx context.Context, logger *slog.Logger, channel string, notify func()) {
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, notify, func() { backoff = minBackoff })
-		if ctx.Err() != nil {
-			return
-		}
-		logger.Warn("outbox LISTEN connection lost; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, channel string, notify, connected func()) error {
-	conn, err := s.db.Connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", pg.MapErr(err))
-	}
-	connected()
-	notify()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for notification: %w", pg.MapErr(err))
-		}
-		notify()
-	}
+	s.db.Listen(ctx, logger, channel, notify)
 }
