@@ -123,7 +123,7 @@ func (h *groupHandler) startOffset(topic string, partition int32, initial int64)
 // mark sets the session's offset and metadata for cm. MarkOffset only
 // moves forward and ignores new metadata at the same offset; ResetOffset
 // then stores the metadata. Offsets below the current mark never reach
-// here because the high-water mark only grows within an assignment.
+// here because the committable offset only grows within an assignment.
 func mark(sess sarama.ConsumerGroupSession, cm core.Commit) {
 	if cm.Offset < 0 {
 		return // nothing received yet on a partition without a committed offset

@@ -28,12 +28,6 @@ type Config struct {
 	Cluster cluster.Config
 }
 
-// LoadConfig reads the Config through lookup (os.LookupEnv in main). The
-// error names every variable that is wrong.
-func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	return config.Parse(lookup, Load)
-}
-
 // Load reads the Config through l, which collects the problems.
 func Load(l *config.Loader) Config {
 	c := Config{

@@ -39,7 +39,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	t.Run("defaults", func(t *testing.T) {
-		got, err := LoadConfig(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")))
+		got, err := config.Parse(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")), Load)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestLoadConfig(t *testing.T) {
 		}
 	})
 	t.Run("node id defaults to host and pid", func(t *testing.T) {
-		got, err := LoadConfig(config.FromMap(with()))
+		got, err := config.Parse(config.FromMap(with()), Load)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfig(config.FromMap(tt.env))
+			_, err := config.Parse(config.FromMap(tt.env), Load)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %s", err, tt.want)
 			}

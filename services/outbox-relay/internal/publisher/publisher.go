@@ -202,19 +202,6 @@ type Pending struct {
 	deadline time.Time
 }
 
-// SendBatch sends msgs and waits for their outcomes: one result per message,
-// in order, nil on success, else the error (see [Unpublishable]).
-func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
-	return p.Send(ctx, msgs).Wait(ctx)
-}
-
-// Send maps msgs to records and hands them to the producer in order,
-// without waiting for the outcomes. Outcomes that do not arrive within the
-// send timeout count as ErrSendTimeout.
-func (p *Publisher) Send(ctx context.Context, msgs []Message) *Pending {
-	return p.Feed(ctx, p.Prepare(ctx, msgs))
-}
-
 // Prepared is a batch mapped to Kafka records, not yet handed to the
 // producer.
 type Prepared struct {
