@@ -23,7 +23,7 @@ func (db *DB) Listen(ctx context.Context, logger *slog.Logger, channel string, n
 		if ctx.Err() != nil {
 			return
 		}
-		logger.Warn("LISTEN connection lost; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
+		logger.Warn("lost the LISTEN connection; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return

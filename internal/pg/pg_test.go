@@ -300,7 +300,7 @@ func TestListen(t *testing.T) {
 	wait("the reconnection")
 	mu.Lock()
 	defer mu.Unlock()
-	if !strings.Contains(logs.String(), `"msg":"LISTEN connection lost; reconnecting","channel":"pg test","error":`) {
+	if !strings.Contains(logs.String(), `"msg":"lost the LISTEN connection; reconnecting","channel":"pg test","error":`) {
 		t.Errorf("the lost connection is not logged with its error: %s", logs.String())
 	}
 }

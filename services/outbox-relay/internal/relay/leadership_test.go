@@ -128,7 +128,7 @@ func TestNotifyWakesThePassAndSurvivesALostConnection(t *testing.T) {
 	insertCommitted(t, env, likes(1, "b")...)
 	env.Records(t, 2, 20*time.Second)
 	eventually(t, 10*time.Second, "the reconnection to be logged", func() bool {
-		return hasPrefix(n.logs.messages("WARN"), "LISTEN connection lost")
+		return hasPrefix(n.logs.messages("WARN"), "lost the LISTEN connection")
 	})
 }
 
