@@ -3,9 +3,11 @@ SHELL := /bin/bash
 GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Tests get a real PostgreSQL and Redis from scripts/testenv.sh, and the tools
-# the target uses (the benchmarks use none).
+# the target uses: the browser for the e2e suite's live-page test, promtool
+# for the alert rules' tests; the benchmarks and make dev use none.
 TESTENV := eval "$$(scripts/testenv.sh)"
 TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool)"
+TESTENV_E2E := eval "$$(scripts/testenv.sh browser)"
 TEST_TIMEOUT ?= 30m
 
 .PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers dev-kafka
@@ -28,7 +30,7 @@ bench: ## run the benchmarks; each prints its baseline and ratio
 	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
 
 e2e: ## the end-to-end suite at a larger size (E2E_ACTIONS, E2E_RATE)
-	@$(TESTENV_TESTS) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
+	@$(TESTENV_E2E) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
 
 up: ## the whole stack on Docker (docker compose up --build)
 	docker compose up --build

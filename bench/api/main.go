@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -64,7 +65,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "the sides take turns this many times, so that a change in the machine's load hits both alike")
 	flag.Parse()
 	if err := run(ctx, logger, o); err != nil {
-		logger.Error("bench api failed", "error", err)
+		logger.Error("bench api failed", service.ErrKey, err)
 		os.Exit(1)
 	}
 }

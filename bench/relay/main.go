@@ -373,9 +373,8 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 		return nil, err
 	}
 	err = waitFor(ctx, 30*time.Second, 10*time.Millisecond, "the relay to take the lease", func() (bool, error) {
-		var n int
-		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM relay_lease WHERE owner = $1 AND lease_until > now()`, name).Scan(&n)
-		return n == 1, err
+		l, err := outbox.ReadLeadership(ctx, b.pool.QueryRow)
+		return l.Leader != nil && l.Leader.Owner == name, err
 	})
 	if err != nil {
 		b.close()
@@ -411,8 +410,7 @@ func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o opti
 	}
 	start := time.Now()
 	err = waitFor(ctx, 5*time.Minute, time.Millisecond, "the relay to drain the outbox", func() (bool, error) {
-		var cursor int64
-		err := b.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor`).Scan(&cursor)
+		cursor, err := outbox.ReadCursor(ctx, b.pool.QueryRow)
 		return cursor >= last, err
 	})
 	elapsed := time.Since(start)

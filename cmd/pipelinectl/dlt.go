@@ -56,7 +56,7 @@ func topicsFlag(v string) ([]string, error) {
 		return all, nil
 	}
 	for _, t := range all {
-		if v == t || v == reclaim.Domain(t) {
+		if v == t || v == events.DomainOf(t) {
 			return []string{t}, nil
 		}
 	}

@@ -13,9 +13,6 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/outboxops"
 )
 
-// relayLease is the lease name the outbox relay's leader holds.
-const relayLease = "outbox-relay"
-
 func outboxCommand() *command {
 	return &command{name: "outbox", summary: "the outbox: failed events, relay status", sub: []*command{
 		{name: "failed", summary: "events the relay gave up on: list, redrive", sub: []*command{
@@ -155,18 +152,18 @@ func outboxStatus(fs *flag.FlagSet) func(context.Context, env, output, []string)
 			return err
 		}
 		defer st.Close()
-		s, err := st.Status(ctx, relayLease)
+		s, err := st.Status(ctx)
 		if err != nil {
 			return err
 		}
 		return out.print(s, []string{"CURSOR", "BACKLOG", "OLDEST UNPUBLISHED", "FAILED", "LEADER", "TOKEN", "LEASE"}, func(row func(...any)) {
 			leader, token, lease := "-", "-", "never held"
-			if l := s.Leader; l != nil {
+			switch l := s.Leader; {
+			case l != nil:
 				leader, token = l.Owner, strconv.FormatInt(l.Token, 10)
-				lease = "expired " + l.Until.UTC().Format(time.RFC3339)
-				if l.Live {
-					lease = "live until " + l.Until.UTC().Format(time.RFC3339)
-				}
+				lease = "live until " + l.Until.UTC().Format(time.RFC3339)
+			case s.Terms > 0:
+				lease = "not held; last term " + strconv.FormatInt(s.Terms, 10)
 			}
 			row(s.Cursor, s.Backlog, age(s.OldestAge), s.Failed, leader, token, lease)
 		})

@@ -1,6 +1,6 @@
 -- +goose Up
 
--- The cluster registry (seed 004, Kafka mode). Every service instance is a
+-- The cluster registry (internal/cluster). Every service instance is a
 -- node; its status is derived from last_heartbeat on the database clock
 -- (cluster_node_status below), never stored, so a node's own clock cannot
 -- make it look alive. Each node writes the thresholds it heartbeats with,

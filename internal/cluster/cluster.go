@@ -1,6 +1,9 @@
-// Package cluster is the cluster registry of seed 004 in its Kafka mode:
-// PostgreSQL is the metadata store, the Kafka group decides who owns which
-// partition, and the relay's lease is the one leader outside Kafka.
+// Package cluster is the cluster registry, built on what the pipeline
+// already runs: PostgreSQL is the metadata store, the Kafka group decides
+// who owns which partition, and the relay's lease is the one leader outside
+// Kafka. No consensus system of its own (Raft) is needed: the row locks, the
+// fencing token and the group coordinator already decide every question of
+// ownership, and another quorum would only be another one to lose.
 //
 // Every service instance is a Member: it joins the node registry, heartbeats
 // every Config.HeartbeatInterval and leaves (status LEFT) on graceful
@@ -42,10 +45,6 @@ const (
 
 // Statuses lists every status, in order of health.
 var Statuses = []string{StatusAlive, StatusSuspect, StatusDown, StatusLeft}
-
-// RelayLease is the relay_lease row whose leader and history the view shows
-// (the relay's relay.LeaseName).
-const RelayLease = "outbox-relay"
 
 // Defaults of Config, also the documented defaults of the CLUSTER_* settings.
 const (

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
@@ -218,10 +219,9 @@ func (s *Store) publishLag(ctx context.Context, nodeID string, rs []lagReport) (
 // grows by one per term and, unlike the history, is never purged, so it
 // only grows (a Prometheus counter).
 func (s *Store) leaderTerms(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(token), 0) FROM relay_lease WHERE name = $1`, RelayLease).Scan(&n)
+	l, err := outbox.ReadLeadership(ctx, s.pool.QueryRow)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: count leader terms: %w", err)
+		return 0, fmt.Errorf("cluster: count leader terms: %w", pg.MapErr(err))
 	}
-	return n, nil
+	return l.Terms, nil
 }

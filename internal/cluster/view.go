@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 )
 
 // historyLimit is how many leader changes the view carries.
@@ -127,19 +129,16 @@ func (s *Store) View(ctx context.Context) (View, error) {
 		if v.Nodes, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Node]); err != nil {
 			return err
 		}
-		var l Leader
-		err = tx.QueryRow(ctx, `
-			SELECT owner, token, acquired_at, lease_until FROM relay_lease
-			WHERE name = $1 AND lease_until > now()`, RelayLease).Scan(&l.NodeID, &l.Token, &l.AcquiredAt, &l.LeaseUntil)
-		switch {
-		case err == nil:
-			v.Leader = &l
-		case err != pgx.ErrNoRows:
+		lead, err := outbox.ReadLeadership(ctx, tx.QueryRow)
+		if err != nil {
 			return err
+		}
+		if l := lead.Leader; l != nil {
+			v.Leader = &Leader{NodeID: l.Owner, Token: l.Token, AcquiredAt: l.AcquiredAt, LeaseUntil: l.Until}
 		}
 		rows, err = tx.Query(ctx, `
 			SELECT owner, token, at, reason FROM cluster_leader_history
-			WHERE lease = $1 ORDER BY id DESC LIMIT $2`, RelayLease, historyLimit)
+			WHERE lease = $1 ORDER BY id DESC LIMIT $2`, outbox.RelayLease, historyLimit)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,12 @@
 // notifies on commit. commerce-api, the relay's tests, the end-to-end suite
 // and the benchmarks all write through Insert, so a schema change has one
 // place to follow.
+//
+// It is also the one reader of the relay's state (relaystate.go): the
+// cursor, the backlog after it, and the leader lease, whose name RelayLease
+// is written here only. The relay's metrics, commerce-api's stream summary,
+// pipelinectl (internal/outboxops) and the cluster view all read through it,
+// so they agree on what "the leader" is: the holder of a live lease.
 package outbox
 
 import (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
@@ -59,12 +60,12 @@ func scanFailed(rows pgx.Rows) ([]Failed, error) {
 	for rows.Next() {
 		var f Failed
 		if err := rows.Scan(&f.ID, &f.OutboxID, &f.Sequence, &f.EventID, &f.EventType, &f.AggregateType, &f.AggregateID, &f.Error, &f.FailedAt); err != nil {
-			return nil, fmt.Errorf("read outbox_failed: %w", err)
+			return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 		}
 		out = append(out, f)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read outbox_failed: %w", err)
+		return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 	}
 	return out, nil
 }
@@ -73,7 +74,7 @@ func scanFailed(rows pgx.Rows) ([]Failed, error) {
 func (s *Store) ListFailed(ctx context.Context, limit int) ([]Failed, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT `+failedColumns+` FROM outbox_failed ORDER BY id LIMIT $1`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox_failed: %w", err)
+		return nil, fmt.Errorf("read outbox_failed: %w", pg.MapErr(err))
 	}
 	return scanFailed(rows)
 }
@@ -269,43 +270,36 @@ type Status struct {
 	Backlog         int64         `json:"backlog"`
 	OldestAge       time.Duration `json:"oldestUnpublishedAgeNs"`
 	Failed          int64         `json:"failed"`
-	// Leader is the lease holder; nil when no relay ever held the lease.
+	// Leader is the holder of the live lease; nil when no relay holds it
+	// now.
 	Leader *Lease `json:"leader"`
+	// Terms is how many terms the lease has had (its latest fencing token;
+	// 0 when no relay ever held it).
+	Terms int64 `json:"terms"`
 }
 
-// Lease is the relay's leader lease.
+// Lease is a live term of the relay's leader lease.
 type Lease struct {
 	Owner      string    `json:"owner"`
 	Token      int64     `json:"token"`
 	Until      time.Time `json:"until"`
 	AcquiredAt time.Time `json:"acquiredAt"`
-	Live       bool      `json:"live"` // the lease has not expired
 }
 
-// Status reads the cursor, the backlog after it and the age of its oldest
-// row, the number of failed events, and the lease named lease.
-func (s *Store) Status(ctx context.Context, lease string) (Status, error) {
-	var st Status
-	var secs float64
-	err := s.db.Pool.QueryRow(ctx, `
-		SELECT c.last_processed_id, c.updated_at,
-		       (SELECT count(*) FROM outbox WHERE id > c.last_processed_id),
-		       COALESCE((SELECT EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)) FROM outbox WHERE id > c.last_processed_id), 0)::float8,
-		       (SELECT count(*) FROM outbox_failed)
-		FROM outbox_cursor c WHERE c.id = 1`).Scan(&st.Cursor, &st.CursorUpdatedAt, &st.Backlog, &secs, &st.Failed)
+// Status reads the relay's state (internal/outbox's reader: the cursor, the
+// backlog after it and the age of its oldest row, the lease) and the number
+// of failed events.
+func (s *Store) Status(ctx context.Context) (Status, error) {
+	rs, err := outbox.ReadRelayState(ctx, s.db.Pool.QueryRow)
 	if err != nil {
-		return Status{}, fmt.Errorf("read relay status: %w", err)
+		return Status{}, pg.MapErr(err)
 	}
-	st.OldestAge = time.Duration(secs * float64(time.Second))
-	var l Lease
-	err = s.db.Pool.QueryRow(ctx, `SELECT owner, token, lease_until, acquired_at, lease_until > clock_timestamp()
-		FROM relay_lease WHERE name = $1`, lease).Scan(&l.Owner, &l.Token, &l.Until, &l.AcquiredAt, &l.Live)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return Status{}, fmt.Errorf("read lease %s: %w", lease, err)
-	default:
-		st.Leader = &l
+	st := Status{Cursor: rs.Cursor, CursorUpdatedAt: rs.CursorUpdatedAt, Backlog: rs.Backlog, OldestAge: rs.OldestAge, Terms: rs.Terms}
+	if l := rs.Leader; l != nil {
+		st.Leader = &Lease{Owner: l.Owner, Token: l.Token, Until: l.Until, AcquiredAt: l.AcquiredAt}
+	}
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox_failed`).Scan(&st.Failed); err != nil {
+		return Status{}, fmt.Errorf("count outbox_failed: %w", pg.MapErr(err))
 	}
 	return st, nil
 }

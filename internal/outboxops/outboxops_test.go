@@ -199,26 +199,39 @@ func TestRedriveRefuses(t *testing.T) {
 	}
 }
 
+// TestStatus reads the status as the relay's lease goes from live to
+// expired to released: only a live lease names a leader, and a released one
+// (lease_until -infinity) still reads.
 func TestStatus(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	st, err := f.store.Status(ctx, "outbox-relay")
+	st, err := f.store.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Leader != nil || st.Backlog != 0 || st.Cursor != 0 {
+	if st.Leader != nil || st.Terms != 0 || st.Backlog != 0 || st.Cursor != 0 {
 		t.Fatalf("empty status %+v", st)
 	}
 	a := f.publish(uuid.NewString())
 	f.publish(uuid.NewString())
 	f.fail(a)
 	f.exec(`INSERT INTO relay_lease (name, owner, token, lease_until, acquired_at) VALUES ('outbox-relay', 'node-1', 4, now() + interval '10 s', now())`)
-	st, err = f.store.Status(ctx, "outbox-relay")
+	st, err = f.store.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Cursor != a || st.Backlog != 1 || st.Failed != 1 || st.OldestAge <= 0 || st.Leader == nil ||
-		st.Leader.Owner != "node-1" || st.Leader.Token != 4 || !st.Leader.Live {
+	if st.Cursor != a || st.Backlog != 1 || st.Failed != 1 || st.OldestAge <= 0 || st.Terms != 4 || st.Leader == nil ||
+		st.Leader.Owner != "node-1" || st.Leader.Token != 4 || !st.Leader.Until.After(time.Now()) {
 		t.Errorf("status %+v leader %+v", st, st.Leader)
+	}
+	for _, until := range []string{`now() - interval '1 s'`, `'-infinity'`} {
+		f.exec(`UPDATE relay_lease SET lease_until = ` + until)
+		st, err = f.store.Status(ctx)
+		if err != nil {
+			t.Fatalf("lease until %s: %v", until, err)
+		}
+		if st.Leader != nil || st.Terms != 4 {
+			t.Errorf("lease until %s: status %+v leader %+v; want no leader, 4 terms", until, st, st.Leader)
+		}
 	}
 }

@@ -42,7 +42,6 @@ var (
 const (
 	CodeUniqueViolation     = "23505"
 	CodeForeignKeyViolation = "23503"
-	CodeCheckViolation      = "23514"
 )
 
 // Code returns the SQLSTATE of err, or "" when err is not a PostgreSQL error.

@@ -1,10 +1,14 @@
 // Package pg is the one door every service and test uses to PostgreSQL: it
 // opens the pool with the shared settings (DB_MAX_CONNS,
 // DB_STATEMENT_TIMEOUT), runs transactions as closures, maps driver errors to
-// the sentinels below, and deletes old rows in bounded chunks.
+// the sentinels below, deletes old rows in bounded chunks, LISTENs with
+// reconnection, and takes advisory locks.
 //
-// The store packages are the only importers: they keep the SQL, pg keeps the
-// plumbing.
+// The packages that speak SQL (each service's store, internal/cluster,
+// internal/outboxops, the test environments) run their statements on its
+// pool and keep the SQL; pg keeps the plumbing. Configuration code imports
+// it for Options, and the reclaimer and its callers for the lock
+// namespaces.
 package pg
 
 import (

@@ -3,7 +3,9 @@ package pg_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,3 +256,55 @@ func TestTryLock(t *testing.T) {
 	}
 	again()
 }
+
+// TestListen: notify runs once when the LISTEN connection is up, for every
+// NOTIFY on the channel, and again after the connection is killed and
+// re-established (notifications sent meanwhile are lost, so the caller
+// must look for itself).
+func TestListen(t *testing.T) {
+	t.Parallel()
+	db := open(t, pg.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := make(chan struct{}, 16)
+	done := make(chan struct{})
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	go func() {
+		defer close(done)
+		db.Listen(ctx, logger, "pg test", func() { calls <- struct{}{} })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notify call for %s", what)
+		}
+	}
+	wait("the connection")
+	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_notify('pg test', '')`); err != nil {
+		t.Fatal(err)
+	}
+	wait("a NOTIFY")
+	var killed int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query ILIKE 'LISTEN%'`).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("kill the LISTEN connection: %d killed, %v", killed, err)
+	}
+	wait("the reconnection")
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), `"msg":"lost the LISTEN connection; reconnecting","channel":"pg test","error":`) {
+		t.Errorf("the lost connection is not logged with its error: %s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/loopers/commerce-pipeline/internal/pg"
 
 	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
 // HeaderRedriveCount counts how often a record was re-driven from a DLT. It
@@ -117,9 +116,6 @@ func (c *Config) validate() error {
 type Locker interface {
 	TryLock(ctx context.Context, dltTopic string, partition int32) (unlock func(), ok bool, err error)
 }
-
-// Domain names a topic's domain for logs and metrics: "like-events" → "like".
-func Domain(topic string) string { return strings.TrimSuffix(topic, "-events") }
 
 type tp struct {
 	topic     string

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 

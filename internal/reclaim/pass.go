@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 // Pass runs one reclaim pass over every domain in parallel and logs its
@@ -57,7 +59,7 @@ func (r *Reclaimer) Pass(ctx context.Context, o Options) Result {
 }
 
 func (r *Reclaimer) domain(ctx context.Context, topic string, o Options) DomainResult {
-	d := DomainResult{Domain: Domain(topic), Topic: topic}
+	d := DomainResult{Domain: events.DomainOf(topic), Topic: topic}
 	if !slices.Contains(r.cfg.Topics, topic) {
 		d.Err = fmt.Errorf("domain %s: topic %s is not configured", d.Domain, topic)
 		d.ErrText = d.Err.Error()
@@ -104,7 +106,7 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	defer r.lockPartition(k)()
 	pr = PartitionResult{Topic: dlt, Partition: p, Counts: map[Outcome]int{}}
 	shard := strconv.Itoa(int(p))
-	domain := Domain(topic)
+	domain := events.DomainOf(topic)
 	if !o.DryRun {
 		r.metrics.touch(domain, shard)
 		defer func() { r.metrics.observe(domain, shard, pr, time.Since(start)) }()

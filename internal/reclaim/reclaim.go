@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 )
 
 // Reclaimer reclaims DLT records. Its methods may be called concurrently.
@@ -48,9 +50,7 @@ func New(cfg Config) (*Reclaimer, error) {
 	}
 	sc := cfg.Sarama
 	if sc == nil {
-		sc = sarama.NewConfig()
-		sc.Version = sarama.V3_6_0_0
-		sc.ClientID = "reclaimer"
+		sc = kafka.Config("reclaimer")
 	} else {
 		c := *sc
 		sc = &c

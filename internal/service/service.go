@@ -53,9 +53,7 @@ func Run[C any](ctx context.Context, name string, args []string, lookup func(str
 		}
 		return 0
 	}
-	l := config.New(lookup)
-	cfg := load(l)
-	err := l.Err()
+	cfg, err := config.Parse(lookup, load)
 	if err != nil {
 		err = fmt.Errorf("%s configuration: %w", name, err)
 	} else {

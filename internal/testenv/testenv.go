@@ -91,23 +91,6 @@ func NewDatabase(ctx context.Context) (url string, drop func() error, err error)
 	return withDatabase(admin, name), drop, nil
 }
 
-// AdminURL returns the URL of the server's maintenance database, for tests
-// that need to create databases of their own.
-func AdminURL(t testing.TB) string {
-	t.Helper()
-	return admin(t)
-}
-
-func admin(t testing.TB) string {
-	t.Helper()
-	adminOnce.Do(func() { adminURL, adminErr = findPostgres() })
-	if adminErr != nil {
-		t.Fatalf("testenv: no PostgreSQL for tests: %v\n"+
-			"Run the tests with `make test` (it provides one), or set TEST_DATABASE_URL.", adminErr)
-	}
-	return adminURL
-}
-
 func findPostgres() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -22,6 +23,26 @@ const ParkedSuffix = ".PARKED"
 // the dead-letter topics keep theirs 7).
 const ParkedRetention = 90 * 24 * time.Hour
 
+// topicSuffix ends the name of every event topic: "{domain}-events".
+const topicSuffix = "-events"
+
+// DomainTopic names the topic of a domain's events: "like" → "like-events".
+func DomainTopic(domain string) string { return domain + topicSuffix }
+
+// DomainOf names the domain of an event topic, the inverse of DomainTopic:
+// "like-events" → "like". Logs and metrics label topics by it.
+func DomainOf(topic string) string { return strings.TrimSuffix(topic, topicSuffix) }
+
+// TopicFor returns the topic events of ev's Go type (one of this package's
+// domain events, passed by value) are published to.
+func (r *Registry) TopicFor(ev any) (string, error) {
+	e, ok := r.byGo[reflect.TypeOf(ev)]
+	if !ok {
+		return "", fmt.Errorf("%T: %w", ev, ErrUnknownType)
+	}
+	return TopicOf(e.typ)
+}
+
 // TopicOf derives the Kafka topic of an event type by convention:
 // "loopers.{domain}.{action}.v{n}" is published to "{domain}-events".
 func TopicOf(eventType string) (string, error) {
@@ -33,7 +54,7 @@ func TopicOf(eventType string) (string, error) {
 	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || !validVersion(parts[2]) {
 		return "", fmt.Errorf("event type %q: want loopers.{domain}.{action}.v{n}: %w", eventType, ErrUnknownType)
 	}
-	return parts[0] + "-events", nil
+	return DomainTopic(parts[0]), nil
 }
 
 // DLTOf names the dead-letter topic of topic.

@@ -232,7 +232,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go func() {
 		defer close(errsDone)
 		for err := range group.Errors() {
-			c.log.Warn("pcon: consumer group error", "group", c.cfg.Group, "error", err)
+			c.log.Warn("pcon: consumer group error", "group", c.cfg.Group, core.ErrKey, err)
 		}
 	}()
 	defer func() {
@@ -249,7 +249,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		case errors.Is(err, sarama.ErrClosedConsumerGroup):
 			return fmt.Errorf("pcon: consume: %w", err)
 		default:
-			c.log.Warn("pcon: consume failed, rejoining", "group", c.cfg.Group, "error", err)
+			c.log.Warn("pcon: consume failed, rejoining", "group", c.cfg.Group, core.ErrKey, err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(c.cfg.Sarama.Consumer.Group.Rebalance.Retry.Backoff):
@@ -267,13 +267,13 @@ func (c *Consumer) shutdownEngine() {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RevokeGrace)
 	defer cancel()
 	if err := c.engine.Close(ctx); err != nil {
-		c.log.Warn("pcon: handlers still running at shutdown were cancelled", "error", err)
+		c.log.Warn("pcon: handlers still running at shutdown were cancelled", core.ErrKey, err)
 	}
 }
 
 func closeLogged(log *slog.Logger, what string, close func() error) {
 	if err := close(); err != nil {
-		log.Warn("pcon: close "+what, "error", err)
+		log.Warn("pcon: close "+what, core.ErrKey, err)
 	}
 }
 
@@ -336,7 +336,7 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 		return fmt.Errorf("pcon: publish to %s: %w", msg.Topic, err)
 	}
 	c.log.Warn("pcon: record dead-lettered", "topic", r.Topic, "partition", r.Partition,
-		"offset", r.Offset, "attempts", attempts, "error", cause)
+		"offset", r.Offset, "attempts", attempts, core.ErrKey, cause)
 	return nil
 }
 

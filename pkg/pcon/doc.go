@@ -61,14 +61,14 @@
 // # Offsets
 //
 // Each partition tracks which received records completed. The committed
-// offset is the high-water mark: the lowest incomplete offset. Completed
-// offsets above it are encoded into the commit metadata (run-length or
+// offset is the committable offset (PartitionStats.Committable): the lowest
+// incomplete offset. Completed offsets above it are encoded into the commit metadata (run-length or
 // bitset, whichever is shorter, dropping the oldest offsets if it would
 // exceed 4000 bytes), so a new owner skips them instead of handling them
 // again. Metadata pcon did not write is ignored with a log line. Commits
 // happen every Config.CommitInterval and when a partition is revoked.
-// sarama's auto-commit is disabled: pcon marks only the high-water mark and
-// commits it itself, so no offset is committed past an incomplete record.
+// sarama's auto-commit is disabled: pcon marks only the committable offset
+// and commits it itself, so no offset is committed past an incomplete record.
 //
 // # Failures
 //

@@ -50,12 +50,12 @@ func (h *groupHandler) fetchMetadata(claims map[string][]int32) map[engine.TP]st
 	out := make(map[engine.TP]string)
 	broker, err := h.client.Coordinator(h.c.cfg.Group)
 	if err != nil {
-		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", "error", err)
+		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", core.ErrKey, err)
 		return out
 	}
 	resp, err := broker.FetchOffset(sarama.NewOffsetFetchRequest(h.c.cfg.Sarama.Version, h.c.cfg.Group, claims))
 	if err != nil {
-		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", "error", err)
+		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", core.ErrKey, err)
 		return out
 	}
 	for topic, parts := range claims {
@@ -96,7 +96,7 @@ func (h *groupHandler) refreshLogEnds() {
 	for tp, epoch := range h.c.core.Stalled() {
 		end, err := h.client.GetOffset(tp.Topic, tp.Partition, sarama.OffsetNewest)
 		if err != nil {
-			h.c.log.Debug("pcon: read log end offset", "topic", tp.Topic, "partition", tp.Partition, "error", err)
+			h.c.log.Debug("pcon: read log end offset", "topic", tp.Topic, "partition", tp.Partition, core.ErrKey, err)
 			continue
 		}
 		h.c.core.SetLogEnd(tp, epoch, end)
@@ -114,7 +114,7 @@ func (h *groupHandler) startOffset(topic string, partition int32, initial int64)
 	}
 	off, err := h.client.GetOffset(topic, partition, initial)
 	if err != nil {
-		h.c.log.Warn("pcon: resolve start offset", "topic", topic, "partition", partition, "error", err)
+		h.c.log.Warn("pcon: resolve start offset", "topic", topic, "partition", partition, core.ErrKey, err)
 		return initial
 	}
 	return off
@@ -123,7 +123,7 @@ func (h *groupHandler) startOffset(topic string, partition int32, initial int64)
 // mark sets the session's offset and metadata for cm. MarkOffset only
 // moves forward and ignores new metadata at the same offset; ResetOffset
 // then stores the metadata. Offsets below the current mark never reach
-// here because the high-water mark only grows within an assignment.
+// here because the committable offset only grows within an assignment.
 func mark(sess sarama.ConsumerGroupSession, cm core.Commit) {
 	if cm.Offset < 0 {
 		return // nothing received yet on a partition without a committed offset

@@ -163,7 +163,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 		base, done, err := offsets.Decode(meta)
 		switch {
 		case err != nil:
-			c.log.Info("pcon: ignoring commit metadata", "topic", tp.Topic, "partition", tp.Partition, "error", err)
+			c.log.Info("pcon: ignoring commit metadata", "topic", tp.Topic, "partition", tp.Partition, ErrKey, err)
 		case base != start:
 			c.log.Info("pcon: ignoring commit metadata written for another offset",
 				"topic", tp.Topic, "partition", tp.Partition, "committed", start, "metadata_offset", base)
@@ -409,7 +409,7 @@ func (c *Core) unlockAndSubmit() {
 	if err := c.deps.Submit(tasks...); err != nil {
 		// Only a closed engine refuses work: the records stay incomplete
 		// and are redelivered to the partition's next owner.
-		c.log.Warn("pcon: engine refused tasks", "error", err, "tasks", len(tasks))
+		c.log.Warn("pcon: engine refused tasks", ErrKey, err, "tasks", len(tasks))
 		c.refuse(tasks)
 	}
 	// Engines copy what they accept, so the buffer can serve again.
@@ -535,7 +535,7 @@ func (c *Core) outcomeLocked(it *item) {
 	}
 	p.counters.Retried++
 	c.log.Debug("pcon: handler failed, will retry", "topic", p.tp.Topic, "partition", p.tp.Partition,
-		"offset", it.off, "attempt", it.attempts, "error", it.err)
+		"offset", it.off, "attempt", it.attempts, ErrKey, it.err)
 	p.inflight--
 	c.inflight--
 	p.waiting++
@@ -623,7 +623,7 @@ func (c *Core) deadLetterLocked(t engine.Task, it *item) {
 			}
 			c.mu.Unlock()
 			c.log.Error("pcon: dead-letter publish failed; the record stays uncommitted",
-				"topic", t.TP.Topic, "partition", t.TP.Partition, "offset", t.Offset, "error", err)
+				"topic", t.TP.Topic, "partition", t.TP.Partition, "offset", t.Offset, ErrKey, err)
 			select {
 			case <-c.ctx.Done():
 				c.mu.Lock()

@@ -73,9 +73,9 @@ type PartitionStats struct {
 	Assigned bool
 	Counters Counters
 	// The rest is meaningful only while Assigned.
-	Committable  int64         // high-water mark: everything below is complete
+	Committable  int64         // the offset committed next: everything below is complete
 	LogEnd       int64         // log end offset last seen by the fetcher
-	Gap          int           // completed records above the high-water mark
+	Gap          int           // completed records above Committable
 	Blocking     int64         // lowest incomplete offset, -1 if none
 	BlockedFor   time.Duration // how long Blocking has been the blocking offset
 	Queued       int

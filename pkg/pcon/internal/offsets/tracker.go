@@ -1,7 +1,7 @@
 // Package offsets holds the per-partition offset bookkeeping of pcon: which
-// received offsets are complete, the high-water mark below which everything
-// is complete, and the codec that stores completed offsets above the
-// high-water mark in Kafka commit metadata.
+// received offsets are complete, the committable offset below which
+// everything is complete, and the codec that stores completed offsets above
+// it in Kafka commit metadata.
 package offsets
 
 import "sort"
@@ -11,9 +11,9 @@ import "sort"
 //
 // The tracker works in terms of received offsets rather than integer ranges
 // because a Kafka log may skip offsets (compaction, transaction markers): an
-// offset that was never delivered can never block the high-water mark.
+// offset that was never delivered can never block the committable offset.
 type Tracker struct {
-	// outstanding holds received offsets at or above the high-water mark in
+	// outstanding holds received offsets at or above the committable offset in
 	// ascending order; outstanding[head] is the blocking offset when present.
 	outstanding []entry
 	head        int
@@ -114,7 +114,7 @@ func (t *Tracker) Committable() int64 {
 }
 
 // Blocking returns the lowest incomplete offset, the one holding the
-// high-water mark back.
+// committable offset back.
 func (t *Tracker) Blocking() (int64, bool) {
 	if t.head < len(t.outstanding) {
 		return t.outstanding[t.head].off, true

@@ -28,12 +28,6 @@ type Config struct {
 	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
 }
 
-// LoadConfig reads and validates the configuration; the error names every
-// variable that is wrong.
-func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	return config.Parse(lookup, Load)
-}
-
 // Load reads the configuration through l, which collects the problems.
 func Load(l *config.Loader) Config {
 	c := Config{

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "REDIS_URL": testenv.RedisURL(t), "HTTP_ADDR": "127.0.0.1:0"}
-	cfg, err := LoadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, err := config.Parse(config.FromMap(env), Load)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,6 @@ var (
 // through database/sql, so the pool settings are every service's.
 type Store struct {
 	db   *gorm.DB
-	sql  *sql.DB // the same pool through database/sql, for reads gorm has no words for
 	pool *pg.DB
 	reg  *events.Registry
 }
@@ -48,8 +47,7 @@ func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Reg
 	if err != nil {
 		return nil, err
 	}
-	sqlDB := pool.SQL()
-	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: pool.SQL()}), &gorm.Config{
 		// Every write here runs in an explicit transaction; gorm's implicit
 		// one per statement would only add BEGIN/COMMIT round trips.
 		SkipDefaultTransaction: true,
@@ -59,7 +57,7 @@ func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Reg
 		pool.Close()
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{db: db, sql: sqlDB, pool: pool, reg: reg}, nil
+	return &Store{db: db, pool: pool, reg: reg}, nil
 }
 
 // Close closes the pool.
@@ -99,13 +97,16 @@ func (tx *Tx) AppendEvent(ev any) error {
 	if err != nil {
 		return err
 	}
-	_, err = outbox.Insert(tx.ctx, tx.queryRow, e)
+	_, err = outbox.Insert(tx.ctx, queryRow(tx.db), e)
 	return err
 }
 
-// queryRow runs a single-row query with $n placeholders in the transaction.
-func (tx *Tx) queryRow(_ context.Context, query string, args ...any) *sql.Row {
-	return tx.db.Raw(query, args...).Row()
+// queryRow is db's QueryRow for internal/outbox's statements, which use $n
+// placeholders; gorm's Raw passes them through.
+func queryRow(db *gorm.DB) func(context.Context, string, ...any) *sql.Row {
+	return func(ctx context.Context, query string, args ...any) *sql.Row {
+		return db.WithContext(ctx).Raw(query, args...).Row()
+	}
 }
 
 // mapErr turns driver errors into domain sentinels, keeping the original in

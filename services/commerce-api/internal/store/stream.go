@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 )
 
 // ProductChange is a product's aggregates as committed.
@@ -48,18 +52,13 @@ const changeColumns = `m.product_id, COALESCE(p.name, ''), m.like_count, m.sales
 // returns none of them and Complete false.
 func (s *Store) ChangesSince(ctx context.Context, since uint64, limit int) (Changes, error) {
 	out := Changes{Complete: true}
-	err := s.readSnapshot(ctx, func(tx *sql.Tx) error {
-		// In REPEATABLE READ the first statement fixes the snapshot the
-		// next one reads.
-		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&out.Watermark); err != nil {
-			return err
-		}
+	err := s.readSnapshot(ctx, &out.Watermark, func(tx *gorm.DB) error {
 		if since == 0 {
 			return nil
 		}
-		rows, err := scanChanges(ctx, tx, `SELECT `+changeColumns+`
-			WHERE m.change_xid >= $1::text::xid8
-			ORDER BY m.change_xid LIMIT $2`, strconv.FormatUint(since, 10), limit+1)
+		rows, err := scanChanges(tx, `SELECT `+changeColumns+`
+			WHERE m.change_xid >= ?::text::xid8
+			ORDER BY m.change_xid LIMIT ?`, strconv.FormatUint(since, 10), limit+1)
 		if err != nil {
 			return err
 		}
@@ -89,16 +88,13 @@ type Snapshot struct {
 // indexes: at most 3n rows, whatever the catalogue's size.
 func (s *Store) TopProducts(ctx context.Context, n int) (Snapshot, error) {
 	var out Snapshot
-	err := s.readSnapshot(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Scan(&out.Watermark); err != nil {
-			return err
-		}
+	err := s.readSnapshot(ctx, &out.Watermark, func(tx *gorm.DB) error {
 		seen := map[int64]bool{}
 		for _, col := range []string{"like_count", "sales_count", "view_count"} {
 			// col is one of the constants above, never input; each has
 			// an index (col DESC, product_id DESC) WHERE listed.
-			rows, err := scanChanges(ctx, tx, `SELECT `+changeColumns+`
-				WHERE m.listed ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT $1`, n)
+			rows, err := scanChanges(tx, `SELECT `+changeColumns+`
+				WHERE m.listed ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT ?`, n)
 			if err != nil {
 				return err
 			}
@@ -117,8 +113,8 @@ func (s *Store) TopProducts(ctx context.Context, n int) (Snapshot, error) {
 	return out, nil
 }
 
-func scanChanges(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]ProductChange, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
+func scanChanges(tx *gorm.DB, query string, args ...any) ([]ProductChange, error) {
+	rows, err := tx.Raw(query, args...).Rows()
 	if err != nil {
 		return nil, err
 	}
@@ -134,16 +130,16 @@ func scanChanges(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]
 	return out, rows.Err()
 }
 
-func (s *Store) readSnapshot(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.sql.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+// readSnapshot runs fn in a read-only REPEATABLE READ transaction, after
+// reading the snapshot's xmin into watermark: in REPEATABLE READ the first
+// statement fixes the snapshot every later one reads.
+func (s *Store) readSnapshot(ctx context.Context, watermark *uint64, fn func(tx *gorm.DB) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Raw(`SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint`).Row().Scan(watermark); err != nil {
+			return err
+		}
+		return fn(tx)
+	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 }
 
 // Pipeline is what the database says about the pipeline's health.
@@ -165,24 +161,26 @@ type Pipeline struct {
 // PipelineWindow is the span AppliedPerSec and the lags are measured over.
 const PipelineWindow = 2 * time.Second
 
-// PipelineStats reads the pipeline's health in one statement.
+// PipelineStats reads the pipeline's health: the relay's state through
+// internal/outbox's reader, the rest in one more statement.
 func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
+	relay, err := outbox.ReadRelayState(ctx, queryRow(s.db))
+	if err != nil {
+		return Pipeline{}, mapErr(err)
+	}
+	p := Pipeline{OutboxBacklog: relay.Backlog, OldestUnpublished: relay.OldestAge}
+	if l := relay.Leader; l != nil {
+		p.Leader, p.LeaderToken = l.Owner, l.Token
+	}
 	var (
-		p              Pipeline
-		oldest         float64
 		applied        int64
 		lagAvg, lagMax sql.NullFloat64
-		leader         sql.NullString
-		token          sql.NullInt64
 	)
-	err := s.sql.QueryRowContext(ctx, `
-		WITH backlog AS (
-			SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8 AS oldest
-			FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
-		), recent AS (
+	err = s.db.WithContext(ctx).Raw(`
+		WITH recent AS (
 			SELECT h.created_at, split_part(h.idempotency_key, ':', 2) AS event_id
 			FROM event_handled h
-			WHERE h.created_at > clock_timestamp() - $1::bigint * interval '1 microsecond'
+			WHERE h.created_at > clock_timestamp() - ?::bigint * interval '1 microsecond'
 		), lag AS (
 			-- Keys are '{group}:{eventId}'; events from elsewhere may carry
 			-- ids that are not UUIDs, and have no outbox row anyway.
@@ -192,17 +190,12 @@ func (s *Store) PipelineStats(ctx context.Context) (Pipeline, error) {
 				WHEN r.event_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 				THEN r.event_id::uuid END)
 		)
-		SELECT b.n, b.oldest, (SELECT count(*) FROM outbox_failed),
-		       (SELECT owner FROM relay_lease WHERE lease_until > clock_timestamp() ORDER BY name LIMIT 1),
-		       (SELECT token FROM relay_lease WHERE lease_until > clock_timestamp() ORDER BY name LIMIT 1),
-		       (SELECT count(*) FROM recent), lag.avg, lag.max
-		FROM backlog b, lag`, PipelineWindow.Microseconds()).
-		Scan(&p.OutboxBacklog, &oldest, &p.OutboxFailed, &leader, &token, &applied, &lagAvg, &lagMax)
+		SELECT (SELECT count(*) FROM outbox_failed), (SELECT count(*) FROM recent), lag.avg, lag.max
+		FROM lag`, PipelineWindow.Microseconds()).
+		Row().Scan(&p.OutboxFailed, &applied, &lagAvg, &lagMax)
 	if err != nil {
-		return Pipeline{}, fmt.Errorf("read pipeline stats: %w", err)
+		return Pipeline{}, fmt.Errorf("read pipeline stats: %w", mapErr(err))
 	}
-	p.OldestUnpublished = seconds(oldest)
-	p.Leader, p.LeaderToken = leader.String, token.Int64
 	p.AppliedPerSec = float64(applied) / PipelineWindow.Seconds()
 	if lagAvg.Valid && lagMax.Valid {
 		a, m := seconds(lagAvg.Float64), seconds(lagMax.Float64)
@@ -218,7 +211,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // queue is full (a listener stuck in a transaction), those commits fail.
 func (s *Store) NotifyQueueUsage(ctx context.Context) (float64, error) {
 	var u float64
-	if err := s.sql.QueryRowContext(ctx, `SELECT pg_notification_queue_usage()`).Scan(&u); err != nil {
+	if err := s.db.WithContext(ctx).Raw(`SELECT pg_notification_queue_usage()`).Row().Scan(&u); err != nil {
 		return 0, fmt.Errorf("read the notify queue usage: %w", mapErr(err))
 	}
 	return u, nil

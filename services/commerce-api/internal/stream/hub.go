@@ -106,7 +106,6 @@ type Hub struct {
 	cfg      Config
 	log      *slog.Logger
 	activate chan struct{} // a stream opened (capacity 1: they coalesce)
-	done     chan struct{} // closed when Run returns
 
 	// readMu orders reads: a client's first read and the hub's reads
 	// happen one at a time, so every frame a client gets comes from a
@@ -143,8 +142,8 @@ type Hub struct {
 func New(src Source, cluster Cluster, cfg Config, logger *slog.Logger) *Hub {
 	return &Hub{
 		src: src, cluster: cluster, cfg: cfg.withDefaults(), log: logger,
-		activate: make(chan struct{}, 1), done: make(chan struct{}),
-		sent: map[int64]store.ProductChange{}, clients: map[*Subscription]bool{},
+		activate: make(chan struct{}, 1),
+		sent:     map[int64]store.ProductChange{}, clients: map[*Subscription]bool{},
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "commerce_api_stream_clients_dropped_total",
 			Help: "Stream clients disconnected because they fell a whole buffer behind.",
@@ -320,13 +319,9 @@ func (h *Hub) Open() int {
 	return len(h.clients)
 }
 
-// Done is closed once Run has returned and every stream has ended.
-func (h *Hub) Done() <-chan struct{} { return h.done }
-
 // Run reads and broadcasts while streams are open, until ctx ends; then it
 // ends every stream.
 func (h *Hub) Run(ctx context.Context) error {
-	defer close(h.done)
 	defer h.stop()
 	poll := time.NewTicker(h.cfg.Coalesce)
 	defer poll.Stop()

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -35,7 +36,7 @@ func TestLeaderHistory(t *testing.T) {
 	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	const ttl = 200 * time.Millisecond
 	elector := func(owner string) *Elector {
-		e, err := New(st, cluster.RelayLease, owner, ttl, logger, nil)
+		e, err := New(st, outbox.RelayLease, owner, ttl, logger, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

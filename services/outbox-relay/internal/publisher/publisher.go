@@ -16,6 +16,7 @@ import (
 	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -98,17 +99,12 @@ type result struct {
 // keeps per-partition order across retries), 3 retries, and sendTimeout as
 // the broker's ack timeout.
 func Config(sendTimeout time.Duration) *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.ClientID = "outbox-relay"
-	cfg.Version = sarama.V3_6_0_0
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg := kafka.Config("outbox-relay")
 	cfg.Producer.Idempotent = true
 	cfg.Net.MaxOpenRequests = 1
 	cfg.Producer.Retry.Max = 3
 	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
 	cfg.Producer.Timeout = sendTimeout
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Return.Errors = true
 	cfg.Producer.Partitioner = sarama.NewHashPartitioner
 	cfg.ChannelBufferSize = 4096
 	cfg.Metadata.AllowAutoTopicCreation = false
@@ -204,19 +200,6 @@ type Pending struct {
 	results  chan result
 	pending  int
 	deadline time.Time
-}
-
-// SendBatch sends msgs and waits for their outcomes: one result per message,
-// in order, nil on success, else the error (see [Unpublishable]).
-func (p *Publisher) SendBatch(ctx context.Context, msgs []Message) []error {
-	return p.Send(ctx, msgs).Wait(ctx)
-}
-
-// Send maps msgs to records and hands them to the producer in order,
-// without waiting for the outcomes. Outcomes that do not arrive within the
-// send timeout count as ErrSendTimeout.
-func (p *Publisher) Send(ctx context.Context, msgs []Message) *Pending {
-	return p.Feed(ctx, p.Prepare(ctx, msgs))
 }
 
 // Prepared is a batch mapped to Kafka records, not yet handed to the

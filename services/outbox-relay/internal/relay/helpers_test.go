@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -63,9 +66,6 @@ func (b *logBuffer) messages(level string) []string {
 // testConfig has short intervals so the suite stays fast.
 func testConfig(env *relaytest.Env, node string) Config {
 	return Config{
-		DatabaseURL:   env.URL,
-		Brokers:       env.Brokers,
-		AdminAddr:     "127.0.0.1:0",
 		NodeID:        node,
 		BatchSize:     100,
 		SendTimeout:   3 * time.Second,
@@ -74,7 +74,6 @@ func testConfig(env *relaytest.Env, node string) Config {
 		Interval:      100 * time.Millisecond,
 		LeaseTTL:      time.Second,
 		Retention:     7 * 24 * time.Hour,
-		Cluster:       cluster.Defaults(node),
 	}
 }
 
@@ -95,17 +94,21 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	})
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
-	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
+	st, err := store.Open(ctx, env.URL, pg.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	pub, err := publisher.New(cfg.Brokers, cfg.SendTimeout, env.Reg, logger)
+	pub, err := publisher.New(env.Brokers, cfg.SendTimeout, env.Reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	svc, err := NewService(cfg, logger, st, pub)
+	member, err := cluster.Join(env.URL, cluster.Defaults(cfg.NodeID), cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}}, logger, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := NewService(cfg, logger, st, pub, prometheus.NewRegistry(), member)
 	if err != nil {
 		t.Fatal(err)
 	}

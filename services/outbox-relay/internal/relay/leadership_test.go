@@ -14,10 +14,7 @@ import (
 
 func (n *node) published() int { return int(testutil.ToFloat64(n.svc.relay.metrics.published)) }
 
-func (n *node) leading() bool {
-	_, ok := n.svc.elector.Fence()
-	return ok
-}
+func (n *node) leading() bool { return n.svc.Leading() }
 
 func TestOnlyTheLeaderPublishes(t *testing.T) {
 	env := relaytest.New(t)
@@ -131,7 +128,7 @@ func TestNotifyWakesThePassAndSurvivesALostConnection(t *testing.T) {
 	insertCommitted(t, env, likes(1, "b")...)
 	env.Records(t, 2, 20*time.Second)
 	eventually(t, 10*time.Second, "the reconnection to be logged", func() bool {
-		return hasPrefix(n.logs.messages("WARN"), "outbox LISTEN connection lost")
+		return hasPrefix(n.logs.messages("WARN"), "lost the LISTEN connection")
 	})
 }
 

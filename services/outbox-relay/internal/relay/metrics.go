@@ -80,11 +80,11 @@ func (b backlog) Describe(ch chan<- *prometheus.Desc) { ch <- b.rows; ch <- b.ag
 func (b backlog) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, age, err := b.st.Backlog(ctx)
+	st, err := b.st.State(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(b.rows, err)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(b.rows, prometheus.GaugeValue, float64(rows))
-	ch <- prometheus.MustNewConstMetric(b.aged, prometheus.GaugeValue, age.Seconds())
+	ch <- prometheus.MustNewConstMetric(b.rows, prometheus.GaugeValue, float64(st.Backlog))
+	ch <- prometheus.MustNewConstMetric(b.aged, prometheus.GaugeValue, st.OldestAge.Seconds())
 }

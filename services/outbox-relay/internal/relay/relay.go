@@ -18,6 +18,19 @@ import (
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
+// Config is a relay node's settings; internal/app reads them from the
+// environment.
+type Config struct {
+	NodeID        string        // OUTBOX_RELAY_NODE_ID: the lease owner
+	BatchSize     int           // OUTBOX_RELAY_BATCH_SIZE: rows read per batch
+	SendTimeout   time.Duration // OUTBOX_RELAY_SEND_TIMEOUT: how long a batch waits for Kafka
+	RetryInterval time.Duration // OUTBOX_RELAY_RETRY_INTERVAL: next_retry_at after a retriable failure
+	MaxAge        time.Duration // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
+	Interval      time.Duration // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
+	LeaseTTL      time.Duration // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
+	Retention     time.Duration // OUTBOX_RETENTION: published rows older than this are purged
+}
+
 // Relay runs passes over the outbox. Passes must not overlap (the scheduler
 // runs them as a singleton job).
 type Relay struct {

@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
-	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/service"
@@ -24,33 +21,31 @@ import (
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
-// LeaseName names the relay's row in relay_lease.
-const LeaseName = "outbox-relay"
-
 // Service is a relay node: it competes for the lease and, while leading, runs
 // passes on a timer and on every outbox commit, and purges old rows.
 type Service struct {
-	cfg      Config
-	logger   *slog.Logger
-	store    *store.Store
-	pub      *publisher.Publisher
-	elector  *lease.Elector
-	relay    *Relay
-	registry *prometheus.Registry
-	member   *cluster.Member
+	cfg     Config
+	logger  *slog.Logger
+	store   *store.Store
+	elector *lease.Elector
+	relay   *Relay
+	member  *cluster.Member
 
 	kick chan struct{} // a commit was notified; capacity 1 coalesces bursts
 	wake atomic.Bool   // a commit arrived that no pass has started after yet
 }
 
-// NewService wires a relay node from its dependencies.
-func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher) (*Service, error) {
-	elector, err := lease.New(st, LeaseName, cfg.NodeID, cfg.LeaseTTL, logger, nil)
+// NewService returns a relay node publishing through pub, its metrics
+// registered on reg. member is the node in the cluster registry: Run
+// starts its heartbeats and leaves at the end.
+func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher, reg prometheus.Registerer, member *cluster.Member) (*Service, error) {
+	if member == nil {
+		return nil, errors.New("relay: a cluster member is required")
+	}
+	elector, err := lease.New(st, outbox.RelayLease, cfg.NodeID, cfg.LeaseTTL, logger, nil)
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := NewMetrics(reg, st, elector)
 	if err != nil {
 		return nil, err
@@ -59,24 +54,16 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	if err != nil {
 		return nil, err
 	}
-	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}}, logger, reg)
-	if err != nil {
-		return nil, err
-	}
 	return &Service{
-		cfg: cfg, logger: logger, store: st, pub: pub, elector: elector, relay: r, registry: reg, member: member,
+		cfg: cfg, logger: logger, store: st, elector: elector, relay: r, member: member,
 		kick: make(chan struct{}, 1),
 	}, nil
 }
 
-// Handler serves /healthz, /readyz (database and Kafka answer) and /metrics.
-func (s *Service) Handler() http.Handler {
-	mux := http.NewServeMux()
-	httpserver.Ops(mux, s.registry, map[string]httpserver.Check{
-		httpserver.DatabaseCheck: s.store.Ping,
-		"kafka":                  s.pub.Ping,
-	}, httpserver.WithLogger(s.logger))
-	return withRole(mux, s.elector)
+// Leading reports whether the node holds the lease now.
+func (s *Service) Leading() bool {
+	_, ok := s.elector.Fence()
+	return ok
 }
 
 // Run runs the node until ctx ends, then stops the jobs, lets a running pass

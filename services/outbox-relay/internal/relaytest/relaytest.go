@@ -107,9 +107,9 @@ func Commit(t testing.TB, tx pgx.Tx) {
 // Cursor returns the relay's cursor.
 func (e *Env) Cursor(t testing.TB) int64 {
 	t.Helper()
-	var id int64
-	if err := e.Pool.QueryRow(context.Background(), `SELECT last_processed_id FROM outbox_cursor WHERE id = 1`).Scan(&id); err != nil {
-		t.Fatalf("relaytest: read cursor: %v", err)
+	id, err := outbox.ReadCursor(context.Background(), e.Pool.QueryRow)
+	if err != nil {
+		t.Fatalf("relaytest: %v", err)
 	}
 	return id
 }

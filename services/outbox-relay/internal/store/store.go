@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
-	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // ErrFenced is returned by a write that carries a fencing token which is no
@@ -67,11 +67,8 @@ func (f Fence) args(a pgx.NamedArgs) pgx.NamedArgs {
 
 // Cursor returns the id of the last outbox row the relay has handled.
 func (s *Store) Cursor(ctx context.Context) (int64, error) {
-	var id int64
-	if err := s.pool.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor WHERE id = 1`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("read cursor: %w", pg.MapErr(err))
-	}
-	return id, nil
+	id, err := outbox.ReadCursor(ctx, s.pool.QueryRow)
+	return id, pg.MapErr(err)
 }
 
 // Row is an outbox row as the relay reads it.
@@ -228,7 +225,7 @@ func (s *Store) Advance(ctx context.Context, f Fence, from, to int64, failed []F
 	var n int
 	err := s.pool.QueryRow(ctx, advance, f.args(pgx.NamedArgs{"from": from, "to": to, "ids": ids, "errs": errs})).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("advance cursor to %d: %w", to, err)
+		return fmt.Errorf("advance cursor to %d: %w", to, pg.MapErr(err))
 	}
 	if n != 1 {
 		return fmt.Errorf("advance cursor to %d: %w", to, ErrFenced)
@@ -249,7 +246,7 @@ func (s *Store) MarkRetry(ctx context.Context, f Fence, id int64, after time.Dur
 		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, ErrFenced)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, err)
+		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, pg.MapErr(err))
 	}
 	return at, nil
 }
@@ -269,17 +266,11 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, chunk int) (
 	return n, nil
 }
 
-// Backlog returns how many rows are after the cursor and the age of the
-// oldest of them (0 when there is none).
-func (s *Store) Backlog(ctx context.Context) (rows int64, oldest time.Duration, err error) {
-	var secs float64
-	err = s.pool.QueryRow(ctx, `
-		SELECT count(*), COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)), 0)::float8
-		FROM outbox WHERE id > (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)`).Scan(&rows, &secs)
-	if err != nil {
-		return 0, 0, fmt.Errorf("measure backlog: %w", pg.MapErr(err))
-	}
-	return rows, time.Duration(secs * float64(time.Second)), nil
+// State reads the relay's state: the cursor, the backlog after it and the
+// age of its oldest row, and the lease.
+func (s *Store) State(ctx context.Context) (outbox.RelayState, error) {
+	st, err := outbox.ReadRelayState(ctx, s.pool.QueryRow)
+	return st, pg.MapErr(err)
 }
 
 // AcquireLease takes or renews the named lease for owner until now + ttl, in
@@ -303,7 +294,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("acquire lease %s: %w", name, err)
+		return 0, false, fmt.Errorf("acquire lease %s: %w", name, pg.MapErr(err))
 	}
 	return token, true, nil
 }
@@ -315,52 +306,13 @@ func (s *Store) ReleaseLease(ctx context.Context, f Fence) error {
 		UPDATE relay_lease SET lease_until = '-infinity'
 		WHERE name = $1 AND owner = $2 AND token = $3`, f.Lease, f.Owner, f.Token)
 	if err != nil {
-		return fmt.Errorf("release lease %s: %w", f.Lease, err)
+		return fmt.Errorf("release lease %s: %w", f.Lease, pg.MapErr(err))
 	}
 	return nil
 }
 
-// Listen LISTENs on channel on a dedicated connection and calls notify for
-// every notification, and once after each (re)connection since notifications
-// sent while disconnected are lost. A lost connection is re-established with
-// exponential backoff. It returns when ctx ends.
+// Listen LISTENs on channel and calls notify for every notification, and
+// after each (re)connection (pg.DB.Listen).
 func (s *Store) Listen(ctx context.Context, logger *slog.Logger, channel string, notify func()) {
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
-	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, notify, func() { backoff = minBackoff })
-		if ctx.Err() != nil {
-			return
-		}
-		logger.Warn("outbox LISTEN connection lost; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, channel string, notify, connected func()) error {
-	conn, err := s.db.Connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", pg.MapErr(err))
-	}
-	connected()
-	notify()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return fmt.Errorf("wait for notification: %w", pg.MapErr(err))
-		}
-		notify()
-	}
+	s.db.Listen(ctx, logger, channel, notify)
 }

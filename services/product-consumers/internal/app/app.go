@@ -19,6 +19,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
@@ -196,9 +197,7 @@ func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg promethe
 }
 
 func saramaConfig(cfg Config) *sarama.Config {
-	c := sarama.NewConfig()
-	c.Version = sarama.V3_6_0_0
-	c.ClientID = "product-consumers"
+	c := kafka.Config("product-consumers")
 	// A new group reads from the beginning so that events published before
 	// its first start are aggregated too; afterwards committed offsets rule.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
@@ -211,6 +210,5 @@ func saramaConfig(cfg Config) *sarama.Config {
 	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 10
 	c.Consumer.Group.Rebalance.Timeout = cfg.RebalanceTimeout
 	c.Net.ReadTimeout = cfg.RebalanceTimeout + 15*time.Second
-	c.Producer.RequiredAcks = sarama.WaitForAll
 	return c
 }

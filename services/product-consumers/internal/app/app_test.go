@@ -59,7 +59,7 @@ func TestLoadConfig(t *testing.T) {
 	hostname, _ := os.Hostname()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := app.LoadConfig(config.FromMap(tc.env))
+			cfg, err := config.Parse(config.FromMap(tc.env), app.Load)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -80,7 +80,7 @@ func TestLoadConfig(t *testing.T) {
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("LoadConfig error = %v, want it to contain %q", err, tc.wantErr)
+				t.Fatalf("config error = %v, want it to contain %q", err, tc.wantErr)
 			}
 		})
 	}

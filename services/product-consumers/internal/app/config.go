@@ -42,12 +42,6 @@ type Reclaim struct {
 	MaxRedrives int           // re-drives per record before it stays parked
 }
 
-// LoadConfig reads and validates the configuration; the error names every
-// invalid variable.
-func LoadConfig(lookup func(string) (string, bool)) (Config, error) {
-	return config.Parse(lookup, Load)
-}
-
 // Load reads the configuration through l, which collects the problems.
 func Load(l *config.Loader) Config {
 	c := Config{

@@ -130,7 +130,7 @@ func (f *fixture) start(t *testing.T, env map[string]string) (admin string, done
 	for k, v := range env {
 		vars[k] = v
 	}
-	cfg, err := app.LoadConfig(config.FromMap(vars))
+	cfg, err := config.Parse(config.FromMap(vars), app.Load)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,17 +133,28 @@ func (h *Handlers) expired(consumer string, msg events.Message) bool {
 
 // Spec returns the spec of the named consumer.
 func (h *Handlers) Spec(name string) (Spec, error) {
+	var (
+		group   string
+		ev      any // an event the consumer handles: its topic is the consumer's
+		handler pcon.Handler
+	)
 	switch name {
 	case Like:
-		return Spec{name, LikeGroup, "like-events", pcon.BatchHandler(h.likes)}, nil
+		group, ev, handler = LikeGroup, events.LikeCreatedV1{}, pcon.BatchHandler(h.likes)
 	case Order:
-		return Spec{name, OrderGroup, "order-events", pcon.RecordHandler(h.order)}, nil
+		group, ev, handler = OrderGroup, events.OrderPaidV1{}, pcon.RecordHandler(h.order)
 	case View:
-		return Spec{name, ViewGroup, "product-events", pcon.BatchHandler(h.views)}, nil
+		group, ev, handler = ViewGroup, events.ProductViewedV1{}, pcon.BatchHandler(h.views)
 	case Stock:
-		return Spec{name, StockGroup, "stock-events", pcon.RecordHandler(h.stock)}, nil
+		group, ev, handler = StockGroup, events.StockDepletedV1{}, pcon.RecordHandler(h.stock)
+	default:
+		return Spec{}, fmt.Errorf("unknown consumer %q", name)
 	}
-	return Spec{}, fmt.Errorf("unknown consumer %q", name)
+	topic, err := h.reg.TopicFor(ev)
+	if err != nil {
+		return Spec{}, fmt.Errorf("consumer %s: %w", name, err)
+	}
+	return Spec{name, group, topic, handler}, nil
 }
 
 func (h *Handlers) count(consumer, outcome string, n int) {

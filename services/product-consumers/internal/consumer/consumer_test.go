@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
@@ -44,9 +45,11 @@ func TestStoreErrPermanence(t *testing.T) {
 }
 
 // TestGroupsAreDistinct: two consumers sharing a group would split one
-// topic's partitions between them, and share idempotency keys.
+// topic's partitions between them, and share idempotency keys. Each reads
+// the topic pkg/events publishes its events to.
 func TestGroupsAreDistinct(t *testing.T) {
-	h := &Handlers{} // Spec needs no dependency
+	h := &Handlers{reg: events.NewRegistry()} // Spec needs only the registry
+	topics := map[string]string{Like: "like-events", Order: "order-events", View: "product-events", Stock: "stock-events"}
 	owner := map[string]string{}
 	for _, name := range Names {
 		spec, err := h.Spec(name)
@@ -55,6 +58,9 @@ func TestGroupsAreDistinct(t *testing.T) {
 		}
 		if spec.Group == "" {
 			t.Errorf("consumer %s has no group", name)
+		}
+		if spec.Topic != topics[name] {
+			t.Errorf("consumer %s reads %q, want %q", name, spec.Topic, topics[name])
 		}
 		if other, dup := owner[spec.Group]; dup {
 			t.Errorf("consumers %s and %s share group %q", other, name, spec.Group)

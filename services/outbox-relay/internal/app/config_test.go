@@ -1,6 +1,9 @@
-package relay
+package app
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -34,28 +39,31 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	t.Run("defaults", func(t *testing.T) {
-		got, err := LoadConfig(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")))
+		got, err := config.Parse(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")), Load)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := Config{
-			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: ":8081", NodeID: "n1",
-			DB:        pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
-			BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
-			Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour, GCPercent: 400,
-			Cluster: cluster.Defaults("n1"),
+			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: ":8081",
+			DB: pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
+			Relay: relay.Config{
+				NodeID: "n1", BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
+				Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
+			},
+			GCPercent: 400,
+			Cluster:   cluster.Defaults("n1"),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("config (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("node id defaults to host and pid", func(t *testing.T) {
-		got, err := LoadConfig(config.FromMap(with()))
+		got, err := config.Parse(config.FromMap(with()), Load)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.NodeID != defaultNodeID() {
-			t.Errorf("node id %q, want %q", got.NodeID, defaultNodeID())
+		if want := cluster.DefaultNodeID(); got.Relay.NodeID != want || got.Cluster.NodeID != want {
+			t.Errorf("node ids %q (lease) and %q (cluster), want %q", got.Relay.NodeID, got.Cluster.NodeID, want)
 		}
 	})
 
@@ -80,10 +88,26 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfig(config.FromMap(tt.env))
+			_, err := config.Parse(config.FromMap(tt.env), Load)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %s", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRunRefusesBadConfiguration: the process stops before touching anything
+// and the error names the variable.
+func TestRunRefusesBadConfiguration(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL":            "postgres://localhost:1/none",
+		"KAFKA_BROKERS":           "localhost:1",
+		"OUTBOX_RELAY_BATCH_SIZE": "-3",
+	}
+	var stderr strings.Builder
+	code := service.Run(context.Background(), "outbox-relay", nil, config.FromMap(env), io.Discard, &stderr, Load,
+		func(ctx context.Context, cfg Config, logger *slog.Logger) error { return Run(ctx, cfg, logger, nil) })
+	if code == 0 || !strings.Contains(stderr.String(), "OUTBOX_RELAY_BATCH_SIZE") {
+		t.Fatalf("exit %d, log %q; want a failure naming OUTBOX_RELAY_BATCH_SIZE", code, stderr.String())
 	}
 }

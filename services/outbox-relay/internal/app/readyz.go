@@ -1,11 +1,9 @@
-package relay
+package app
 
 import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-
-	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 )
 
 // Roles /readyz reports: a standby is ready too (it takes over when the
@@ -16,7 +14,7 @@ const (
 )
 
 // withRole adds "role": leader|standby to the JSON body of next's /readyz.
-func withRole(next http.Handler, e *lease.Elector) http.Handler {
+func withRole(next http.Handler, leading func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/readyz" {
 			next.ServeHTTP(w, r)
@@ -25,7 +23,7 @@ func withRole(next http.Handler, e *lease.Elector) http.Handler {
 		rec := &recorder{header: http.Header{}, code: http.StatusOK}
 		next.ServeHTTP(rec, r)
 		role := RoleStandby
-		if _, leader := e.Fence(); leader {
+		if leading() {
 			role = RoleLeader
 		}
 		body := rec.body.Bytes()

@@ -1,0 +1,16 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/loopers/commerce-pipeline/internal/service"
+)
+
+// TestErrKeyIsTheServices: pcon's records carry their errors under the key
+// the services use, so that one query over the logs finds every error.
+func TestErrKeyIsTheServices(t *testing.T) {
+	t.Parallel()
+	if ErrKey != service.ErrKey {
+		t.Errorf("pcon logs errors under %q, the services under %q", ErrKey, service.ErrKey)
+	}
+}
