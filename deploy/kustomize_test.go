@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -148,7 +147,7 @@ func k8sProbes(t *testing.T) map[string][]string {
 
 func TestKustomizeServices(t *testing.T) {
 	r := renderBase(t)
-	for svc := range listenVar {
+	for svc := range adminVar {
 		t.Run(svc, func(t *testing.T) {
 			d, ok := r.deployments[svc]
 			if !ok {
@@ -167,11 +166,9 @@ func TestKustomizeServices(t *testing.T) {
 			checkMemoryLimit(t, c)
 			set := containerEnv(t, r, c)
 			checkEnv(t, svc, set)
-			_, port, err := net.SplitHostPort(set[listenVar[svc]])
-			if err != nil {
-				t.Fatalf("%s=%q: %v", listenVar[svc], set[listenVar[svc]], err)
-			}
+			port := addrPort(t, set, adminVar[svc])
 
+			// Probes and Prometheus go to the admin port.
 			probes := map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
 			wantPath := map[string]string{"startup": "/healthz", "liveness": "/healthz", "readiness": "/readyz"}
 			for kind, p := range probes {
@@ -183,18 +180,42 @@ func TestKustomizeServices(t *testing.T) {
 					t.Errorf("%s probe GETs %s, want %s", kind, p.HTTPGet.Path, wantPath[kind])
 				}
 				if got := containerPort(c, p.HTTPGet.Port.String()); strconv.Itoa(int(got)) != port {
-					t.Errorf("%s probe port %s is container port %d; the service listens on %s", kind, p.HTTPGet.Port.String(), got, port)
+					t.Errorf("%s probe port %s is container port %d; the admin listener is on %s", kind, p.HTTPGet.Port.String(), got, port)
 				}
 			}
 			if d.Spec.Template.Annotations["prometheus.io/port"] != port {
-				t.Errorf("prometheus.io/port annotation %q, service listens on %s", d.Spec.Template.Annotations["prometheus.io/port"], port)
+				t.Errorf("prometheus.io/port annotation %q, the admin listener (/metrics) is on %s", d.Spec.Template.Annotations["prometheus.io/port"], port)
 			}
 
+			// The Service carries the public port where there is one, and
+			// then never the admin port; otherwise the admin port, inside
+			// the cluster only.
+			want := port
+			if v, ok := publicVar[svc]; ok {
+				want = addrPort(t, set, v)
+			}
 			s, ok := r.services[svc]
 			if !ok || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
 				t.Errorf("no Service selects the %s pods", svc)
-			} else if got := containerPort(c, s.Spec.Ports[0].TargetPort.String()); strconv.Itoa(int(got)) != port {
-				t.Errorf("Service targets container port %d, service listens on %s", got, port)
+			} else {
+				for _, sp := range s.Spec.Ports {
+					if got := containerPort(c, sp.TargetPort.String()); strconv.Itoa(int(got)) != want {
+						t.Errorf("Service port %s targets container port %d, want %s", sp.Name, got, want)
+					}
+				}
+			}
+			for _, other := range r.services {
+				if !labels.SelectorFromSet(other.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+					continue
+				}
+				if typ := other.Spec.Type; typ != "" && typ != corev1.ServiceTypeClusterIP {
+					t.Errorf("Service %s is %s; the pods' ports stay inside the cluster (an Ingress publishes the API)", other.Name, typ)
+				}
+				for _, sp := range other.Spec.Ports {
+					if _, public := publicVar[svc]; public && strconv.Itoa(int(containerPort(c, sp.TargetPort.String()))) == port {
+						t.Errorf("Service %s exposes the admin port %s", other.Name, port)
+					}
+				}
 			}
 			pdbs := 0
 			for _, pdb := range r.pdbs {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,8 +313,10 @@ func TestCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	m := join(t, url, fastConfig("collector"), "svc") // not started: it writes no row
+	t.Cleanup(m.Abandon)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(st, quiet))
+	reg.MustRegister(NewCollector(m, quiet))
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -336,4 +340,89 @@ func TestCollector(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
+}
+
+// TestViewFloodSparesHeartbeat: readers asking for the view as fast as they
+// can, 64 at a time, while the database answers it slowly (a lock holds its
+// partition table 400 ms at a time), never make the node read SUSPECT, and
+// the registry's pool serves them one read a second (ViewEvery): every other
+// connection it hands out goes to the heartbeat.
+func TestViewFloodSparesHeartbeat(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	cfg := Config{NodeID: "flooded", HeartbeatInterval: 100 * time.Millisecond, SuspectAfter: 500 * time.Millisecond, DownAfter: time.Second, Retention: time.Hour}
+	reg := prometheus.NewRegistry()
+	m, err := Join(url, cfg, Info{Service: "svc"}, quiet, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start(context.Background())
+	t.Cleanup(m.Leave)
+	waitStatus(t, st, map[string]string{"flooded": StatusAlive})
+
+	beats := func() int64 {
+		var n int64
+		if err := st.pool.QueryRow(context.Background(), `SELECT heartbeats FROM cluster_nodes WHERE node_id = 'flooded'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	beats0, acquired0, reads0 := beats(), m.store.pool.Stat().AcquireCount(), testutilCount(t, reg, "cluster_view_reads_total")
+	start := time.Now()
+	const flood = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), flood)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		calls atomic.Int64
+	)
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := m.View(ctx); err != nil && ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	// The slow database: each view read waits for the lock, holding one of
+	// the pool's two connections meanwhile.
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			tx, err := st.pool.Begin(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := tx.Exec(context.Background(), `LOCK TABLE cluster_assignments IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(400 * time.Millisecond)
+			_ = tx.Commit(context.Background())
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	var unhealthy []string
+	for ctx.Err() == nil {
+		if s := statuses(t, st)["flooded"]; s != StatusAlive {
+			unhealthy = append(unhealthy, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(unhealthy) > 0 {
+		t.Errorf("the node read %v during the flood", unhealthy)
+	}
+	reads := testutilCount(t, reg, "cluster_view_reads_total") - reads0
+	// The other acquisitions are the heartbeats' (one each).
+	others := m.store.pool.Stat().AcquireCount() - acquired0 - (beats() - beats0)
+	limit := elapsed.Seconds()/ViewEvery.Seconds() + 2
+	if reads > limit || float64(others) > limit {
+		t.Errorf("%d view calls in %v read the database %v times and took %d connections besides the heartbeats'; want at most %.0f",
+			calls.Load(), elapsed.Round(time.Millisecond), reads, others, limit)
+	}
+	t.Logf("%d view calls in %v: %v database reads", calls.Load(), elapsed.Round(time.Millisecond), reads)
 }

@@ -34,6 +34,7 @@ type Member struct {
 	info    Info
 	logger  *slog.Logger
 	metrics *memberMetrics
+	views   *viewCache
 
 	mu    sync.Mutex
 	owned map[claim]*owned
@@ -86,6 +87,7 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 	}
 	return &Member{
 		store: st, cfg: cfg, info: info, logger: logger.With("node", cfg.NodeID), metrics: m,
+		views: newViewCache(st.View, ViewEvery, m.viewReads.Inc),
 		owned: map[claim]*owned{}, stats: map[string]func() pcon.Stats{},
 	}, nil
 }
@@ -93,11 +95,12 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 // NodeID is the id this Member registers under.
 func (m *Member) NodeID() string { return m.cfg.NodeID }
 
-// View reads the whole cluster view (see Store.View).
-func (m *Member) View(ctx context.Context) (View, error) { return m.store.View(ctx) }
-
-// Store is the Member's store, for readers such as the view's metrics.
-func (m *Member) Store() *Store { return m.store }
+// View returns the whole cluster view (see Store.View), read at most once
+// per ViewEvery however often it is called: every reader in the process
+// (the HTTP view, the stream summary, the metrics) shares one copy, so no
+// request rate can take the registry's connections from the heartbeat.
+// View.At says when it was read. Callers must not modify its slices.
+func (m *Member) View(ctx context.Context) (View, error) { return m.views.get(ctx) }
 
 // Start joins the registry and heartbeats in the background until Leave.
 func (m *Member) Start(ctx context.Context) {
@@ -396,10 +399,11 @@ func buildVersion() string {
 
 // memberMetrics are what a Member measures of itself.
 type memberMetrics struct {
-	latency  prometheus.Histogram
-	failures prometheus.Counter
-	moves    *prometheus.CounterVec
-	ready    *prometheus.HistogramVec
+	latency   prometheus.Histogram
+	failures  prometheus.Counter
+	viewReads prometheus.Counter
+	moves     *prometheus.CounterVec
+	ready     *prometheus.HistogramVec
 }
 
 func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
@@ -413,6 +417,10 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 			Name: "cluster_heartbeat_failures_total",
 			Help: "Cluster heartbeats that failed (the node backs off and shows as SUSPECT).",
 		}),
+		viewReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cluster_view_reads_total",
+			Help: "Reads of the cluster view from the database (at most one a second, whatever the request rate).",
+		}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cluster_partition_moves_total",
 			Help: "Partitions this node took over from another node, by consumer group.",
@@ -423,7 +431,7 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 			Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 300},
 		}, []string{"group"}),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.failures, m.moves, m.ready} {
+	for _, c := range []prometheus.Collector{m.latency, m.failures, m.viewReads, m.moves, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cluster metrics: %w", err)
 		}

@@ -47,7 +47,7 @@ func Load(l *config.Loader) Config {
 		DatabaseURL:   l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:            pg.LoadOptions(l, pg.Options{MaxConns: 4}),
 		Brokers:       brokers(l),
-		AdminAddr:     l.String("ADMIN_ADDR", ":8081"),
+		AdminAddr:     l.String("ADMIN_ADDR", "127.0.0.1:8081"), // loopback: operators only
 		NodeID:        l.Computed("OUTBOX_RELAY_NODE_ID", "defaultNodeID()", defaultNodeID),
 		BatchSize:     l.PositiveInt("OUTBOX_RELAY_BATCH_SIZE", 100),
 		SendTimeout:   l.Duration("OUTBOX_RELAY_SEND_TIMEOUT", 5*time.Second),

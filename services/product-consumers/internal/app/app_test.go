@@ -65,7 +65,7 @@ func TestLoadConfig(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := app.Config{DatabaseURL: "postgres://h/db", DB: pg.Options{MaxConns: 16, StatementTimeout: 30 * time.Second}, KafkaBrokers: []string{"a:9092", "b:9092"},
-					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
+					RedisURL: "redis://h:6379/0", AdminAddr: "127.0.0.1:8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
 					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,

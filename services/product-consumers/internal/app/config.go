@@ -54,7 +54,7 @@ func Load(l *config.Loader) Config {
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 16}),
 		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
-		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
+		AdminAddr:        l.String("ADMIN_ADDR", "127.0.0.1:8082"), // loopback: operators only
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
 		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),
 		InstanceID:       l.Computed("CONSUMER_INSTANCE_ID", "defaultInstanceID()", defaultInstanceID),
