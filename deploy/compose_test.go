@@ -146,6 +146,16 @@ func TestComposeHealthAndOrder(t *testing.T) {
 	}
 }
 
+// TestComposeStaticMembership: product-consumers has a static member id
+// that survives re-creating its container (the default, the host name, is
+// the container's id, new each time).
+func TestComposeStaticMembership(t *testing.T) {
+	e := env(loadCompose(t).Services["product-consumers"])
+	if e["CONSUMER_INSTANCE_ID"] == "" && e["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
+		t.Error("product-consumers must set CONSUMER_INSTANCE_ID (or CONSUMER_STATIC_MEMBERSHIP=false)")
+	}
+}
+
 // TestComposeConfiguration: every service running a binary of this module
 // sets every variable its configuration requires, sets no variable it does
 // not read, and the values parse the way the configuration code parses them.

@@ -86,13 +86,24 @@ func Load(l *config.Loader) Config {
 	if !validInstanceID(c.InstanceID) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
 	}
+	// Where identities do not survive a restart (a Deployment's pods get new
+	// names), a static member that does not come back holds its partitions
+	// idle for the session timeout at every rollout: turn it off there.
+	static := l.String("CONSUMER_STATIC_MEMBERSHIP", "true")
+	if on, err := strconv.ParseBool(static); err != nil {
+		l.Fail("CONSUMER_STATIC_MEMBERSHIP", "must be true or false, got %q", static)
+	} else if !on {
+		c.InstanceID = ""
+	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
 	return c
 }
 
 // defaultInstanceID is the host name, which is stable per replica where
 // static membership pays off (a StatefulSet pod keeps its name across
-// restarts). Two instances on one host must set CONSUMER_INSTANCE_ID apart.
+// restarts and rollouts; a Deployment's pod does not, so there
+// CONSUMER_STATIC_MEMBERSHIP=false). Two instances on one host must set
+// CONSUMER_INSTANCE_ID apart.
 func defaultInstanceID() string {
 	h, err := os.Hostname()
 	if err != nil || !validInstanceID(h) {
