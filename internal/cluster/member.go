@@ -2,10 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -35,6 +36,9 @@ type Member struct {
 	logger  *slog.Logger
 	metrics *memberMetrics
 	views   *viewCache
+	// instance is this process's nonce in its node row: a heartbeat that
+	// finds another there means a second process claims the node id.
+	instance string
 
 	mu    sync.Mutex
 	owned map[claim]*owned
@@ -87,7 +91,7 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 	}
 	return &Member{
 		store: st, cfg: cfg, info: info, logger: logger.With("node", cfg.NodeID), metrics: m,
-		views: newViewCache(st.View, ViewEvery, m.viewReads.Inc),
+		views: newViewCache(st.View, ViewEvery, m.viewReads.Inc), instance: rand.Text(),
 		owned: map[claim]*owned{}, stats: map[string]func() pcon.Stats{},
 	}, nil
 }
@@ -182,7 +186,7 @@ func backoff(interval, limit time.Duration, fails int) time.Duration {
 		d *= 2
 	}
 	d = min(d, limit)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + mrand.N(d/2+1)
 }
 
 // beat writes one heartbeat, retries assignments whose write failed,
@@ -191,21 +195,26 @@ func (m *Member) beat(ctx context.Context, join, purge bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.SuspectAfter)
 	defer cancel()
 	start := time.Now()
-	if err := m.store.heartbeat(ctx, m.cfg, m.info, join); err != nil {
+	conflict, err := m.store.heartbeat(ctx, m.cfg, m.info, m.instance, join)
+	if err != nil {
 		return err
 	}
 	m.metrics.latency.Observe(time.Since(start).Seconds())
+	if conflict {
+		m.metrics.idConflicts.Inc()
+		m.logger.Error("another live process heartbeats under this node id; give each process its own node id", "host", m.info.Host)
+	}
 	m.retryAssignments(ctx)
 	if err := m.publishLag(ctx); err != nil {
 		return err
 	}
 	if purge {
-		n, err := m.store.purge(ctx, m.cfg.Retention)
+		p, err := m.store.purge(ctx, m.cfg.Retention)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			m.logger.Info("cluster retention removed nodes", "removed", n, "olderThan", m.cfg.Retention)
+		if p.Nodes+p.Groups > 0 {
+			m.logger.Info("cluster retention removed nodes and groups", "nodes", p.Nodes, "groups", p.Groups, "retention", m.cfg.Retention)
 		}
 	}
 	return nil
@@ -399,11 +408,12 @@ func buildVersion() string {
 
 // memberMetrics are what a Member measures of itself.
 type memberMetrics struct {
-	latency   prometheus.Histogram
-	failures  prometheus.Counter
-	viewReads prometheus.Counter
-	moves     *prometheus.CounterVec
-	ready     *prometheus.HistogramVec
+	latency     prometheus.Histogram
+	failures    prometheus.Counter
+	idConflicts prometheus.Counter
+	viewReads   prometheus.Counter
+	moves       *prometheus.CounterVec
+	ready       *prometheus.HistogramVec
 }
 
 func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
@@ -416,6 +426,10 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cluster_heartbeat_failures_total",
 			Help: "Cluster heartbeats that failed (the node backs off and shows as SUSPECT).",
+		}),
+		idConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cluster_node_id_conflicts_total",
+			Help: "Heartbeats that found this node's row written by another process: two live processes claim one node id.",
 		}),
 		viewReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cluster_view_reads_total",
@@ -431,7 +445,7 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 			Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 300},
 		}, []string{"group"}),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.failures, m.viewReads, m.moves, m.ready} {
+	for _, c := range []prometheus.Collector{m.latency, m.failures, m.idConflicts, m.viewReads, m.moves, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cluster metrics: %w", err)
 		}
