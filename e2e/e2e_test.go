@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,8 @@ var bins *stack.Binaries
 func TestMain(m *testing.M) {
 	root, err := stack.ModuleRoot()
 	if err == nil {
-		bins, err = stack.Build(context.Background(), root, stack.Services...)
+		// pipelinectl too: the incident test runs it as an operator would.
+		bins, err = stack.Build(context.Background(), root, slices.Concat(stack.Services, []string{"./cmd/pipelinectl"})...)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build the services:", err)
