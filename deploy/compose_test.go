@@ -30,12 +30,27 @@ var appServices = map[string]string{
 	"migrate":           "migrate",
 }
 
-// listenVar names the variable holding each long-running service's HTTP
-// address (ops endpoints included).
-var listenVar = map[string]string{
-	"commerce-api":      "HTTP_ADDR",
+// adminVar names the variable holding each long-running service's admin
+// address: /healthz, the detailed /readyz, /metrics (and commerce-api's
+// cluster view). Probes and Prometheus go there.
+var adminVar = map[string]string{
+	"commerce-api":      "ADMIN_ADDR",
 	"outbox-relay":      "ADMIN_ADDR",
 	"product-consumers": "ADMIN_ADDR",
+}
+
+// publicVar names the variable of the address a service serves the public
+// on: the API, the live page, the stream.
+var publicVar = map[string]string{"commerce-api": "HTTP_ADDR"}
+
+// addrPort is the port of the address in a service's variable.
+func addrPort(t *testing.T, set map[string]string, name string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(set[name])
+	if err != nil || p == "" {
+		t.Fatalf("%s=%q: want host:port", name, set[name])
+	}
+	return p
 }
 
 // loadCompose parses docker-compose.yml with the loader Docker Compose uses,
@@ -131,6 +146,16 @@ func TestComposeHealthAndOrder(t *testing.T) {
 	}
 }
 
+// TestComposeStaticMembership: product-consumers has a static member id
+// that survives re-creating its container (the default, the host name, is
+// the container's id, new each time).
+func TestComposeStaticMembership(t *testing.T) {
+	e := env(loadCompose(t).Services["product-consumers"])
+	if e["CONSUMER_INSTANCE_ID"] == "" && e["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
+		t.Error("product-consumers must set CONSUMER_INSTANCE_ID (or CONSUMER_STATIC_MEMBERSHIP=false)")
+	}
+}
+
 // TestComposeConfiguration: every service running a binary of this module
 // sets every variable its configuration requires, sets no variable it does
 // not read, and the values parse the way the configuration code parses them.
@@ -210,12 +235,12 @@ func checkValue(v config.Var, value string) string {
 
 // composeProbes returns the URL each service's health check probes, by
 // service, checking the probe is the healthcheck binary on the service's
-// own listen port.
+// admin port.
 func composeProbes(t *testing.T) map[string]*url.URL {
 	t.Helper()
 	p := loadCompose(t)
 	probes := map[string]*url.URL{}
-	for svc, v := range listenVar {
+	for svc, v := range adminVar {
 		s := p.Services[svc]
 		test := s.HealthCheck.Test
 		if len(test) != 3 || test[0] != "CMD" || test[1] != "/usr/local/bin/healthcheck" {
@@ -301,8 +326,9 @@ type promConfig struct {
 	} `yaml:"scrape_configs"`
 }
 
-// TestComposeObservability: Prometheus scrapes each service at the port it
-// listens on, and the files the observability profile mounts exist.
+// TestComposeObservability: Prometheus scrapes each service on its admin
+// port (never commerce-api's public one), and the files the observability
+// profile mounts exist.
 func TestComposeObservability(t *testing.T) {
 	p := loadCompose(t)
 	var cfg promConfig
@@ -328,9 +354,8 @@ func TestComposeObservability(t *testing.T) {
 		}
 	}
 	want := map[string]bool{}
-	for svc, v := range listenVar {
-		_, port, _ := net.SplitHostPort(env(p.Services[svc])[v])
-		want[net.JoinHostPort(svc, port)] = true
+	for svc, v := range adminVar {
+		want[net.JoinHostPort(svc, addrPort(t, env(p.Services[svc]), v))] = true
 	}
 	if diff := cmpDiff(want, scraped); diff != "" {
 		t.Errorf("Prometheus scrape targets (-services +prometheus.yml):\n%s", diff)
@@ -348,20 +373,23 @@ func TestComposeObservability(t *testing.T) {
 	}
 }
 
-// hostPorts are the compose services that publish a port, by the variable
-// that moves it and its default.
-var hostPorts = map[string]struct {
+// hostPort is a port a compose service publishes, the variable that moves
+// it and its default.
+type hostPort struct {
 	env  string
 	def  string
 	port uint32
-}{
-	"postgres":          {"POSTGRES_HOST_PORT", "5432", 5432},
-	"redis":             {"REDIS_HOST_PORT", "6379", 6379},
-	"kafka":             {"KAFKA_HOST_PORT", "9094", 9094},
-	"commerce-api":      {"API_HOST_PORT", "8080", 8080},
-	"product-consumers": {"CONSUMERS_HOST_PORT", "8082", 8082},
-	"prometheus":        {"PROMETHEUS_HOST_PORT", "9090", 9090},
-	"grafana":           {"GRAFANA_HOST_PORT", "3000", 3000},
+}
+
+// hostPorts are the compose services that publish ports, in their order.
+var hostPorts = map[string][]hostPort{
+	"postgres":          {{"POSTGRES_HOST_PORT", "5432", 5432}},
+	"redis":             {{"REDIS_HOST_PORT", "6379", 6379}},
+	"kafka":             {{"KAFKA_HOST_PORT", "9094", 9094}},
+	"commerce-api":      {{"API_HOST_PORT", "8080", 8080}, {"API_ADMIN_HOST_PORT", "8090", 8090}},
+	"product-consumers": {{"CONSUMERS_HOST_PORT", "8082", 8082}},
+	"prometheus":        {{"PROMETHEUS_HOST_PORT", "9090", 9090}},
+	"grafana":           {{"GRAFANA_HOST_PORT", "3000", 3000}},
 }
 
 // TestComposeFirstRun checks what a first `docker compose up` on a machine
@@ -381,8 +409,10 @@ func TestComposeFirstRun(t *testing.T) {
 	}
 
 	moved := []string{}
-	for _, hp := range hostPorts {
-		moved = append(moved, hp.env+"=1"+hp.def)
+	for _, hps := range hostPorts {
+		for _, hp := range hps {
+			moved = append(moved, hp.env+"=1"+hp.def)
+		}
 	}
 	pm := loadComposeEnv(t, moved)
 	for name, s := range p.Services {
@@ -391,21 +421,31 @@ func TestComposeFirstRun(t *testing.T) {
 				t.Errorf("%s publishes %d on %q; bind it to 127.0.0.1", name, port.Target, port.HostIP)
 			}
 		}
-		hp, ok := hostPorts[name]
+		hps, ok := hostPorts[name]
 		if !ok {
 			if len(s.Ports) != 0 {
 				t.Errorf("%s publishes %v; add it to hostPorts with a variable to move it", name, s.Ports)
 			}
 			continue
 		}
-		check := func(proj *types.Project, want string) {
+		check := func(proj *types.Project, moved bool) {
 			ports := proj.Services[name].Ports
-			if len(ports) != 1 || ports[0].Target != hp.port || ports[0].Published != want {
-				t.Errorf("%s with %s: ports %+v, want %s → %d", name, hp.env, ports, want, hp.port)
+			if len(ports) != len(hps) {
+				t.Errorf("%s publishes %+v, want %d ports", name, ports, len(hps))
+				return
+			}
+			for i, hp := range hps {
+				want := hp.def
+				if moved {
+					want = "1" + hp.def
+				}
+				if ports[i].Target != hp.port || ports[i].Published != want {
+					t.Errorf("%s with %s: port %+v, want %s → %d", name, hp.env, ports[i], want, hp.port)
+				}
 			}
 		}
-		check(p, hp.def)
-		check(pm, "1"+hp.def)
+		check(p, false)
+		check(pm, true)
 	}
 	if got := env(pm.Services["kafka"])["KAFKA_ADVERTISED_LISTENERS"]; !strings.Contains(got, "EXTERNAL://localhost:19094") {
 		t.Errorf("Kafka on a moved port must advertise it: %s", got)

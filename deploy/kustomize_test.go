@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"maps"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,8 +50,9 @@ type kafkaTopic struct {
 
 // rendered is the kustomize base, every object decoded.
 type rendered struct {
-	deployments map[string]*appsv1.Deployment
-	services    map[string]*corev1.Service
+	deployments  map[string]*appsv1.Deployment
+	statefulSets map[string]*appsv1.StatefulSet
+	services     map[string]*corev1.Service
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
 	jobs        map[string]*batchv1.Job
@@ -83,7 +83,7 @@ func render(t *testing.T, dir string) rendered {
 	}
 	strict := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 	r := rendered{
-		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+		deployments: map[string]*appsv1.Deployment{}, statefulSets: map[string]*appsv1.StatefulSet{}, services: map[string]*corev1.Service{},
 		jobs: map[string]*batchv1.Job{}, configMaps: map[string]*corev1.ConfigMap{},
 	}
 	for _, res := range resMap.Resources() {
@@ -114,6 +114,8 @@ func render(t *testing.T, dir string) rendered {
 		switch o := obj.(type) {
 		case *appsv1.Deployment:
 			r.deployments[o.Name] = o
+		case *appsv1.StatefulSet:
+			r.statefulSets[o.Name] = o
 		case *corev1.Service:
 			r.services[o.Name] = o
 		case *policyv1.PodDisruptionBudget:
@@ -131,12 +133,25 @@ func render(t *testing.T, dir string) rendered {
 	return r
 }
 
-// k8sProbes returns the HTTP paths each Deployment's probes GET.
+// pods returns the pod template of each workload (Deployment or
+// StatefulSet), by name.
+func (r rendered) pods() map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for name, d := range r.deployments {
+		out[name] = &d.Spec.Template
+	}
+	for name, s := range r.statefulSets {
+		out[name] = &s.Spec.Template
+	}
+	return out
+}
+
+// k8sProbes returns the HTTP paths each workload's probes GET.
 func k8sProbes(t *testing.T) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	for name, d := range renderBase(t).deployments {
-		c := d.Spec.Template.Spec.Containers[0]
+	for name, pod := range renderBase(t).pods() {
+		c := pod.Spec.Containers[0]
 		for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
 			if p != nil && p.HTTPGet != nil {
 				out[name] = append(out[name], p.HTTPGet.Path)
@@ -148,13 +163,12 @@ func k8sProbes(t *testing.T) map[string][]string {
 
 func TestKustomizeServices(t *testing.T) {
 	r := renderBase(t)
-	for svc := range listenVar {
+	for svc := range adminVar {
 		t.Run(svc, func(t *testing.T) {
-			d, ok := r.deployments[svc]
+			pod, ok := r.pods()[svc]
 			if !ok {
-				t.Fatalf("no Deployment %s", svc)
+				t.Fatalf("no Deployment or StatefulSet %s", svc)
 			}
-			pod := d.Spec.Template
 			checkPodSecurity(t, pod.Spec)
 			if len(pod.Spec.Containers) != 1 {
 				t.Fatalf("want one container, got %d", len(pod.Spec.Containers))
@@ -167,11 +181,9 @@ func TestKustomizeServices(t *testing.T) {
 			checkMemoryLimit(t, c)
 			set := containerEnv(t, r, c)
 			checkEnv(t, svc, set)
-			_, port, err := net.SplitHostPort(set[listenVar[svc]])
-			if err != nil {
-				t.Fatalf("%s=%q: %v", listenVar[svc], set[listenVar[svc]], err)
-			}
+			port := addrPort(t, set, adminVar[svc])
 
+			// Probes and Prometheus go to the admin port.
 			probes := map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe}
 			wantPath := map[string]string{"startup": "/healthz", "liveness": "/healthz", "readiness": "/readyz"}
 			for kind, p := range probes {
@@ -183,18 +195,42 @@ func TestKustomizeServices(t *testing.T) {
 					t.Errorf("%s probe GETs %s, want %s", kind, p.HTTPGet.Path, wantPath[kind])
 				}
 				if got := containerPort(c, p.HTTPGet.Port.String()); strconv.Itoa(int(got)) != port {
-					t.Errorf("%s probe port %s is container port %d; the service listens on %s", kind, p.HTTPGet.Port.String(), got, port)
+					t.Errorf("%s probe port %s is container port %d; the admin listener is on %s", kind, p.HTTPGet.Port.String(), got, port)
 				}
 			}
-			if d.Spec.Template.Annotations["prometheus.io/port"] != port {
-				t.Errorf("prometheus.io/port annotation %q, service listens on %s", d.Spec.Template.Annotations["prometheus.io/port"], port)
+			if pod.Annotations["prometheus.io/port"] != port {
+				t.Errorf("prometheus.io/port annotation %q, the admin listener (/metrics) is on %s", pod.Annotations["prometheus.io/port"], port)
 			}
 
+			// The Service carries the public port where there is one, and
+			// then never the admin port; otherwise the admin port, inside
+			// the cluster only.
+			want := port
+			if v, ok := publicVar[svc]; ok {
+				want = addrPort(t, set, v)
+			}
 			s, ok := r.services[svc]
 			if !ok || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pod.Labels)) {
 				t.Errorf("no Service selects the %s pods", svc)
-			} else if got := containerPort(c, s.Spec.Ports[0].TargetPort.String()); strconv.Itoa(int(got)) != port {
-				t.Errorf("Service targets container port %d, service listens on %s", got, port)
+			} else {
+				for _, sp := range s.Spec.Ports {
+					if got := containerPort(c, sp.TargetPort.String()); strconv.Itoa(int(got)) != want {
+						t.Errorf("Service port %s targets container port %d, want %s", sp.Name, got, want)
+					}
+				}
+			}
+			for _, other := range r.services {
+				if !labels.SelectorFromSet(other.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+					continue
+				}
+				if typ := other.Spec.Type; typ != "" && typ != corev1.ServiceTypeClusterIP {
+					t.Errorf("Service %s is %s; the pods' ports stay inside the cluster (an Ingress publishes the API)", other.Name, typ)
+				}
+				for _, sp := range other.Spec.Ports {
+					if _, public := publicVar[svc]; public && strconv.Itoa(int(containerPort(c, sp.TargetPort.String()))) == port {
+						t.Errorf("Service %s exposes the admin port %s", other.Name, port)
+					}
+				}
 			}
 			pdbs := 0
 			for _, pdb := range r.pdbs {
@@ -211,11 +247,11 @@ func TestKustomizeServices(t *testing.T) {
 	if d := r.deployments["outbox-relay"]; d == nil || d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Error("outbox-relay must run 2 replicas")
 	}
-	if d := r.deployments["product-consumers"]; d != nil && d.Spec.Replicas != nil {
+	if s := r.statefulSets["product-consumers"]; s != nil && s.Spec.Replicas != nil {
 		t.Error("product-consumers sets replicas, fighting its HorizontalPodAutoscaler")
 	}
-	if len(r.hpas) != 1 || r.hpas[0].Spec.ScaleTargetRef.Kind != "Deployment" || r.hpas[0].Spec.ScaleTargetRef.Name != "product-consumers" {
-		t.Errorf("want one HorizontalPodAutoscaler on Deployment product-consumers, got %d", len(r.hpas))
+	if len(r.hpas) != 1 || r.hpas[0].Spec.ScaleTargetRef.Kind != "StatefulSet" || r.hpas[0].Spec.ScaleTargetRef.Name != "product-consumers" {
+		t.Errorf("want one HorizontalPodAutoscaler on StatefulSet product-consumers, got %+v", r.hpas)
 	} else if max := r.hpas[0].Spec.MaxReplicas; max > 3 {
 		t.Errorf("HPA maxReplicas %d exceeds the 3 partitions per topic", max)
 	}
@@ -356,6 +392,55 @@ func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
 	}
 }
 
+// TestStaticMembership: product-consumers keeps its static group
+// membership through a rollout. It runs as a StatefulSet (pod names survive
+// restarts and rollouts) whose pod name is each consumer's member id, behind
+// the headless Service that governs it, with a session timeout a replaced
+// pod comes back within; no Deployment runs it with static membership on
+// (a Deployment's pods get new names at every rollout).
+func TestStaticMembership(t *testing.T) {
+	r := renderBase(t)
+	s, ok := r.statefulSets["product-consumers"]
+	if !ok {
+		t.Fatal("product-consumers must be a StatefulSet: its pod names are its static member ids")
+	}
+	c := s.Spec.Template.Spec.Containers[0]
+	fieldOf := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			fieldOf[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	for _, v := range []string{"CONSUMER_INSTANCE_ID", "CLUSTER_NODE_ID"} {
+		if fieldOf[v] != "metadata.name" {
+			t.Errorf("%s must be the pod name (fieldRef metadata.name), got %q", v, fieldOf[v])
+		}
+	}
+	set := containerEnv(t, r, c)
+	if v := set["CONSUMER_STATIC_MEMBERSHIP"]; v != "" && v != "true" {
+		t.Errorf("CONSUMER_STATIC_MEMBERSHIP=%q in the StatefulSet", v)
+	}
+	// A pod replaced by a rollout restarts (migrations included) before
+	// the session times out, or the broker rebalances anyway.
+	if d, err := time.ParseDuration(set["KAFKA_SESSION_TIMEOUT"]); err != nil || d < 30*time.Second {
+		t.Errorf("KAFKA_SESSION_TIMEOUT=%q; want at least 30s, the time a replaced pod needs to rejoin", set["KAFKA_SESSION_TIMEOUT"])
+	}
+	gov, ok := r.services[s.Spec.ServiceName]
+	if !ok || gov.Spec.ClusterIP != corev1.ClusterIPNone || !labels.SelectorFromSet(gov.Spec.Selector).Matches(labels.Set(s.Spec.Template.Labels)) {
+		t.Errorf("serviceName %q must name a headless Service selecting the pods", s.Spec.ServiceName)
+	}
+	if s.Spec.UpdateStrategy.Type != "" && s.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+		t.Errorf("update strategy %s; a rollout must replace pods one by one", s.Spec.UpdateStrategy.Type)
+	}
+	for name, d := range r.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if strings.Contains(c.Image, "product-consumers") && containerEnv(t, r, c)["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
+				t.Errorf("Deployment %s runs product-consumers with static membership: its pods are renamed at every rollout", name)
+			}
+		}
+	}
+}
+
 // TestKustomizeTopics: one KafkaTopic per topic, DLT and parked topic of
 // pkg/events: 3 partitions and replicas, min.insync.replicas 2, retention 7
 // days (parked: events.ParkedRetention).
@@ -396,11 +481,11 @@ func TestKustomizeOverlay(t *testing.T) {
 			t.Errorf("an object in namespace %q, want commerce", ns)
 		}
 	}
-	if len(r.deployments) != 3 {
-		t.Fatalf("%d Deployments, want 3", len(r.deployments))
+	if len(r.pods()) != 3 {
+		t.Fatalf("%d Deployments and StatefulSets, want 3", len(r.pods()))
 	}
-	for name, d := range r.deployments {
-		spec := d.Spec.Template.Spec
+	for name, pod := range r.pods() {
+		spec := pod.Spec
 		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
 			host, _, _ := strings.Cut(c.Image, "/")
 			if !strings.Contains(host, ".") || !strings.Contains(c.Image, ":") || strings.HasSuffix(c.Image, ":dev") {

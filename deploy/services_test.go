@@ -244,8 +244,10 @@ func TestRunningServices(t *testing.T) {
 	kafka := testenv.Kafka(t, events.NewRegistry().AllTopics()...)
 	brokers := strings.Join(kafka.ListenAddrs(), ",")
 	dbURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
+	// addr is each service's admin address; public is commerce-api's.
 	addr := map[string]string{"commerce-api": freeAddr(t), "outbox-relay": freeAddr(t), "product-consumers": freeAddr(t)}
-	startBinary(t, "commerce-api", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": addr["commerce-api"]})
+	public := freeAddr(t)
+	startBinary(t, "commerce-api", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": public, "ADMIN_ADDR": addr["commerce-api"]})
 	startBinary(t, "outbox-relay", map[string]string{
 		"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": addr["outbox-relay"], "OUTBOX_RELAY_INTERVAL": "200ms",
 	})
@@ -259,7 +261,7 @@ func TestRunningServices(t *testing.T) {
 
 	// One event of every type: a view, a like, an order paid that sells the
 	// product out (stock depleted).
-	api := "http://" + addr["commerce-api"] + "/api/v1"
+	api := "http://" + public + "/api/v1"
 	product := call(t, "POST", api+"/products", map[string]any{"name": "deploy", "price": 1000, "stock": 1}, http.StatusCreated)
 	pid := strconv.FormatInt(product, 10)
 	call(t, "GET", api+"/products/"+pid, nil, http.StatusOK)
@@ -275,6 +277,15 @@ func TestRunningServices(t *testing.T) {
 		}
 	})
 
+	t.Run("operators' endpoints only on the admin listener", func(t *testing.T) {
+		for _, path := range []string{"/metrics", "/api/v1/cluster"} {
+			if code, _, err := get("http://" + public + path); err != nil || code != http.StatusNotFound {
+				t.Errorf("public %s: %d %v, want 404", path, code, err)
+			}
+			waitOK(t, "http://"+addr["commerce-api"]+path)
+		}
+	})
+
 	t.Run("compose health checks", func(t *testing.T) {
 		probe := binary(t, "healthcheck")
 		for svc, u := range composeProbes(t) {
@@ -284,7 +295,7 @@ func TestRunningServices(t *testing.T) {
 			}
 		}
 		// The probe must fail on what is not healthy, or it proves nothing.
-		for _, bad := range []string{"http://" + addr["commerce-api"] + "/no-such-path", "http://" + freeAddr(t) + "/readyz"} {
+		for _, bad := range []string{"http://" + public + "/no-such-path", "http://" + freeAddr(t) + "/readyz"} {
 			if err := exec.Command(probe, bad).Run(); err == nil {
 				t.Errorf("healthcheck %s exited 0", bad)
 			}

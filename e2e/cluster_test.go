@@ -43,11 +43,11 @@ func clusterEnv(env map[string]string, node string) map[string]string {
 func TestClusterView(t *testing.T) {
 	s := newSystem(t)
 	// newSystem's commerce-api heartbeats every 2 s; this one is the view.
-	apiAddr := freeAddr(t)
+	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	start(t, "commerce-api-cluster", "commerce-api", clusterEnv(map[string]string{
-		"DATABASE_URL": s.dbURL, "HTTP_ADDR": apiAddr,
+		"DATABASE_URL": s.dbURL, "HTTP_ADDR": apiAddr, "ADMIN_ADDR": adminAddr,
 	}, "api-1"))
-	s.api = "http://" + apiAddr
+	s.api, s.apiAdmin = "http://"+apiAddr, "http://"+adminAddr
 	waitHTTP(t, s.api+"/readyz")
 
 	relays := map[string]*stack.Proc{}
@@ -178,11 +178,11 @@ func adminConfig() *sarama.Config {
 	return c
 }
 
-// view reads GET /api/v1/cluster.
+// view reads GET /api/v1/cluster on commerce-api's admin listener.
 func (s *system) view() cluster.View {
 	s.t.Helper()
 	var v cluster.View
-	if code := s.call("GET", "/cluster", "", nil, &v); code != http.StatusOK {
+	if code := s.callAt(s.apiAdmin, "GET", "/cluster", "", nil, &v); code != http.StatusOK {
 		s.t.Fatalf("GET /api/v1/cluster: %d", code)
 	}
 	return v

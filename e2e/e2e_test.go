@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,7 +38,8 @@ var bins *stack.Binaries
 func TestMain(m *testing.M) {
 	root, err := stack.ModuleRoot()
 	if err == nil {
-		bins, err = stack.Build(context.Background(), root, stack.Services...)
+		// pipelinectl too: the incident test runs it as an operator would.
+		bins, err = stack.Build(context.Background(), root, slices.Concat(stack.Services, []string{"./cmd/pipelinectl"})...)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: build the services:", err)
@@ -91,7 +93,8 @@ type system struct {
 	t           *testing.T
 	dbURL       string
 	brokers     string
-	api         string
+	api         string // commerce-api's public address
+	apiAdmin    string // its admin address: the cluster view, /metrics
 	apiClient   *http.Client
 	relayEnv    func(node string) map[string]string
 	consumerEnv map[string]string
@@ -104,10 +107,10 @@ func newSystem(t *testing.T) *system {
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
 	s := &system{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
 	redisURL := testenv.RedisURL(t)
-	apiAddr := freeAddr(t)
-	s.apiEnv = map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr}
+	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
+	s.apiEnv = map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr, "ADMIN_ADDR": adminAddr}
 	s.apiProc = start(t, "commerce-api", "commerce-api", s.apiEnv)
-	s.api = "http://" + apiAddr
+	s.api, s.apiAdmin = "http://"+apiAddr, "http://"+adminAddr
 	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.relayEnv = func(node string) map[string]string {
 		return map[string]string{
@@ -144,12 +147,18 @@ func (s *system) startConsumers() *stack.Proc {
 // nil). It returns the status.
 func (s *system) call(method, path, user string, body, out any) int {
 	s.t.Helper()
+	return s.callAt(s.api, method, path, user, body, out)
+}
+
+// callAt is call on the listener at base.
+func (s *system) callAt(base, method, path, user string, body, out any) int {
+	s.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, s.api+"/api/v1"+path, rd)
+	req, _ := http.NewRequest(method, base+"/api/v1"+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	if user != "" {
 		req.Header.Set("X-User-ID", user)

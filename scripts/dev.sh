@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 API_ADDR=127.0.0.1:8080
+API_ADMIN=127.0.0.1:8090
 RELAY_ADMIN=127.0.0.1:8081
 CONSUMERS_ADMIN=127.0.0.1:8082
 RELAYS=${DEV_RELAYS:-2}
@@ -71,7 +72,7 @@ for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null 
 (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null || die "the dev Kafka broker did not start; see $STATE/logs/kafka.log"
 
 brokers=127.0.0.1:$KAFKA_PORT
-start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" "$STATE/bin/commerce-api"
+start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" ADMIN_ADDR="$API_ADMIN" "$STATE/bin/commerce-api"
 # The first relay and consumer instance listen on RELAY_ADMIN and
 # CONSUMERS_ADMIN; each further one two ports above the previous.
 admin_addr() { echo "127.0.0.1:$(( ${1##*:} + 2 * ($2 - 1) ))"; }
@@ -97,7 +98,8 @@ The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL an
   commerce-api        http://$API_ADDR/api/v1   (OpenAPI: http://$API_ADDR/openapi.yaml)
   outbox-relay admin  http://$RELAY_ADMIN/metrics   ($RELAYS relays, admin ports two apart)
   consumers admin     http://$CONSUMERS_ADMIN/metrics   ($CONSUMERS instances, admin ports two apart)
-  cluster view        http://$API_ADDR/api/v1/cluster   (or: DATABASE_URL='$db_url' go run ./cmd/pipelinectl cluster)
+  commerce-api admin  http://$API_ADMIN/metrics
+  cluster view        http://$API_ADMIN/api/v1/cluster   (or: DATABASE_URL='$db_url' go run ./cmd/pipelinectl cluster)
   Kafka (dev broker)  $brokers
   PostgreSQL          $db_url
   Redis               $redis_url

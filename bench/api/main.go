@@ -397,7 +397,7 @@ func startService(ctx context.Context, logger *slog.Logger, databaseURL string, 
 		return "", nil, err
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "DB_MAX_CONNS="+strconv.Itoa(pool), "REDIS_URL=")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+databaseURL, "HTTP_ADDR="+addr, "ADMIN_ADDR=127.0.0.1:0", "DB_MAX_CONNS="+strconv.Itoa(pool), "REDIS_URL=")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)

@@ -121,7 +121,7 @@ func run(ctx context.Context, o options) error {
 		bin, ready string
 		env        map[string]string
 	}{
-		{"commerce-api", "http://" + apiAddr + "/readyz", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr}},
+		{"commerce-api", "http://" + apiAddr + "/readyz", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr, "ADMIN_ADDR": "127.0.0.1:0"}},
 		{"outbox-relay", "http://" + relayAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": relayAdmin}},
 		{"product-consumers", "http://" + consumersAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "REDIS_URL": redisURL, "ADMIN_ADDR": consumersAdmin}},
 	}

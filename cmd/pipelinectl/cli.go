@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
 )
@@ -186,9 +189,41 @@ func (o output) print(v any, header []string, table func(row func(cells ...any))
 	table(func(cells ...any) {
 		s := make([]string, len(cells))
 		for i, c := range cells {
-			s[i] = fmt.Sprint(c)
+			s[i] = escape(fmt.Sprint(c))
 		}
 		fmt.Fprintln(tw, strings.Join(s, "\t"))
 	})
 	return tw.Flush()
+}
+
+// escape writes the control and format characters of s (a record's key or
+// error, written by anyone) as Go escapes, and invalid UTF-8 as \x bytes: a
+// tab, newline or terminal escape sequence in a cell must not break the
+// table or drive the operator's terminal.
+func escape(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,8 +46,9 @@ var (
 	parkedSource = source{suffix: events.ParkedSuffix, group: reclaim.ParkedGroup, parked: true}
 )
 
-// maxLimit bounds the records one call takes from a partition.
-const maxLimit = 10_000
+// maxLimit bounds the records one call takes, over every partition: it
+// republishes them reclaim.Chunk at a time, committing after each chunk.
+const maxLimit = reclaim.MaxTotal
 
 // topicsFlag resolves --topic (a topic such as like-events, or its domain,
 // like) against the event topics; empty means all.
@@ -65,7 +67,7 @@ func topicsFlag(v string) ([]string, error) {
 
 // reclaimer connects to Kafka; lock, when set, excludes the scheduled
 // reclaimers (and other pipelinectl runs) from each partition this one takes.
-func (e env) reclaimer(src source, topics []string, minIdle time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
+func (e env) reclaimer(src source, topics []string, minIdle, horizon time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	brokers, err := e.setting(func(l *config.Loader) string { return strings.Join(l.List("KAFKA_BROKERS", nil), ",") })
 	if err != nil {
 		return nil, err
@@ -76,6 +78,7 @@ func (e env) reclaimer(src source, topics []string, minIdle time.Duration, count
 	return reclaim.New(reclaim.Config{
 		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: src.suffix, ParkSuffix: src.park, Group: src.group,
 		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(), Lock: lock,
+		Horizon: horizon, HorizonTopics: reclaim.HorizonTopics,
 	})
 }
 
@@ -95,6 +98,7 @@ func listCmd(src source) func(fs *flag.FlagSet) func(context.Context, env, outpu
 func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []string) error {
 	topic := fs.String("topic", "", "only this topic (or domain); default all")
 	maxRedrives := fs.Int("max-redrives", 3, "re-drives after which a record counts as parked for good")
+	horizon := horizonFlag(fs)
 	return func(ctx context.Context, e env, out output, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -102,11 +106,14 @@ func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []str
 		if *maxRedrives < 1 {
 			return usagef("--max-redrives must be positive, got %d", *maxRedrives)
 		}
+		if *horizon <= 0 {
+			return usagef("--horizon must be positive, got %s", *horizon)
+		}
 		topics, err := topicsFlag(*topic)
 		if err != nil {
 			return err
 		}
-		r, err := e.reclaimer(src, topics, 0, 1, *maxRedrives, nil) // reads only
+		r, err := e.reclaimer(src, topics, 0, *horizon, 1, *maxRedrives, nil) // reads only
 		if err != nil {
 			return err
 		}
@@ -115,9 +122,9 @@ func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []str
 		if err != nil {
 			return err
 		}
-		return out.print(list, []string{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST PENDING", "REDRIVES", "AT MAX", "FOREIGN", "TOP ERROR"}, func(row func(...any)) {
+		return out.print(list, []string{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST PENDING", "EXPIRED", "REDRIVES", "AT MAX", "FOREIGN", "TOP ERROR"}, func(row func(...any)) {
 			for _, p := range list {
-				row(p.Topic, p.Partition, p.Records, p.Pending, age(p.OldestPending), redrives(p.Redrives), p.AtMax, p.Foreign, topError(p.Errors))
+				row(p.Topic, p.Partition, p.Records, p.Pending, age(p.OldestPending), p.Expired, redrives(p.Redrives), p.AtMax, p.Foreign, topError(p.Errors))
 			}
 		})
 	}
@@ -130,10 +137,13 @@ func redriveCmd(src source) func(fs *flag.FlagSet) func(context.Context, env, ou
 func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []string) error {
 	topic := fs.String("topic", "", "the topic (or domain) whose records to re-drive (required)")
 	olderThan := fs.Duration("older-than", 0, "only records dead-lettered at least this long ago")
-	limit := fs.Int("limit", 100, "most records taken per partition")
+	limit := fs.Int("limit", 100, fmt.Sprintf("most records taken in this call, over every partition (1 to %d; republished and committed %d at a time)", maxLimit, reclaim.Chunk))
 	maxRedrives := fs.Int("max-redrives", 3, "records re-driven this often already stay parked")
 	dryRun := fs.Bool("dry-run", false, "show what would be re-driven; republish and commit nothing")
 	force := fs.Bool("force", false, "re-drive records dead-lettered for a permanent reason too (once the cause is fixed)")
+	horizon := horizonFlag(fs)
+	chosen := recordsFlag{}
+	fs.Var(chosen, "record", "re-drive only this record, PARTITION:OFFSET as the dry run shows them (repeat, or comma-separate); commits nothing")
 	return func(ctx context.Context, e env, out output, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
@@ -147,6 +157,10 @@ func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []
 			return usagef("--limit must be 1 to %d, got %d", maxLimit, *limit)
 		case *maxRedrives < 1:
 			return usagef("--max-redrives must be positive, got %d", *maxRedrives)
+		case *horizon <= 0:
+			return usagef("--horizon must be positive, got %s", *horizon)
+		case len(chosen) > maxLimit:
+			return usagef("--record: at most %d records, got %d", maxLimit, len(chosen))
 		}
 		topics, err := topicsFlag(*topic)
 		if err != nil {
@@ -157,12 +171,16 @@ func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []
 			return err
 		}
 		defer locks.Close()
-		r, err := e.reclaimer(src, topics, *olderThan, *limit, *maxRedrives, reclaim.PGLock(locks))
+		r, err := e.reclaimer(src, topics, *olderThan, *horizon, *limit, *maxRedrives, reclaim.PGLock(locks))
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		res := r.Pass(ctx, reclaim.Options{DryRun: *dryRun, Force: *force || src.parked})
+		o := reclaim.Options{DryRun: *dryRun, Force: *force || src.parked, Total: *limit}
+		if len(chosen) > 0 {
+			o.Only = chosen
+		}
+		res := r.Pass(ctx, o)
 		if *dryRun {
 			err = printDryRun(out, res)
 		} else {
@@ -182,10 +200,10 @@ func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []
 }
 
 func printPass(out output, res reclaim.Result) error {
-	return out.print(res, []string{"TOPIC", "PART", "FROM", "COMMITTED", "REDRIVEN", "PARKED", "SKIPPED", "FAILED", "ERROR"}, func(row func(...any)) {
+	return out.print(res, []string{"TOPIC", "PART", "FROM", "COMMITTED", "REDRIVEN", "PARKED", "EXPIRED", "SKIPPED", "FAILED", "ERROR"}, func(row func(...any)) {
 		for _, d := range res.Domains {
 			if d.Err != nil {
-				row(d.Topic+events.DLTSuffix, "-", "-", "-", 0, 0, 0, 0, d.Err)
+				row(d.Topic+events.DLTSuffix, "-", "-", "-", 0, 0, 0, 0, 0, d.Err)
 			}
 			for _, p := range d.Partitions {
 				c := p.Counts
@@ -193,7 +211,7 @@ func printPass(out output, res reclaim.Result) error {
 				if p.Busy {
 					note = "left: another re-driver holds this partition; run again"
 				}
-				row(p.Topic, p.Partition, p.From, p.Committed, c[reclaim.Redriven], c[reclaim.Parked], c[reclaim.Skipped], c[reclaim.Failed], note)
+				row(p.Topic, p.Partition, p.From, p.Committed, c[reclaim.Redriven], c[reclaim.Parked], c[reclaim.Expired], c[reclaim.Skipped], c[reclaim.Failed], note)
 			}
 		}
 	})
@@ -209,6 +227,31 @@ func printDryRun(out output, res reclaim.Result) error {
 			}
 		}
 	})
+}
+
+// horizonFlag defines --horizon: how old an order or view event may be and
+// still be applied when re-driven.
+func horizonFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("horizon", reclaim.DefaultHorizon,
+		"product-consumers' idempotency horizon (EVENT_HANDLED_RETENTION minus EVENT_HORIZON_MARGIN): older order and view events are shown, and parked, as expired")
+}
+
+// recordsFlag collects --record PARTITION:OFFSET values.
+type recordsFlag map[string]bool
+
+func (f recordsFlag) String() string { return strings.Join(slices.Sorted(maps.Keys(f)), ",") }
+
+func (f recordsFlag) Set(v string) error {
+	for item := range strings.SplitSeq(v, ",") {
+		p, o, ok := strings.Cut(strings.TrimSpace(item), ":")
+		pn, perr := strconv.ParseInt(p, 10, 32)
+		on, oerr := strconv.ParseInt(o, 10, 64)
+		if !ok || perr != nil || oerr != nil || pn < 0 || on < 0 {
+			return fmt.Errorf("want PARTITION:OFFSET, got %q", item)
+		}
+		f[strconv.FormatInt(pn, 10)+":"+strconv.FormatInt(on, 10)] = true
+	}
+	return nil
 }
 
 // age prints a duration for people: rounded, "-" for none.

@@ -32,13 +32,13 @@ func (e env) outboxStore(ctx context.Context) (*outboxops.Store, error) {
 }
 
 func outboxFailedList(fs *flag.FlagSet) func(context.Context, env, output, []string) error {
-	limit := fs.Int("limit", 100, "most rows listed")
+	limit := fs.Int("limit", 100, fmt.Sprintf("most rows listed (1 to %d)", maxLimit))
 	return func(ctx context.Context, e env, out output, args []string) error {
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		if *limit < 1 {
-			return usagef("--limit must be positive, got %d", *limit)
+		if *limit < 1 || *limit > maxLimit {
+			return usagef("--limit must be 1 to %d, got %d", maxLimit, *limit)
 		}
 		st, err := e.outboxStore(ctx)
 		if err != nil {

@@ -28,8 +28,47 @@ type stack struct {
 	t       *testing.T
 	db      *pgx.Conn
 	brokers []string
-	vars    map[string]string
-	failed  []int64 // outbox ids moved to outbox_failed
+	vars     map[string]string
+	failed   []int64 // outbox ids moved to outbox_failed
+	producer sarama.SyncProducer
+}
+
+func newProducer(t *testing.T, brokers []string) sarama.SyncProducer {
+	t.Helper()
+	sc := sarama.NewConfig()
+	sc.Producer.Return.Successes = true
+	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(brokers, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// pconHeaders are the headers pcon gives a like record of partition p it
+// dead-lettered age ago.
+func pconHeaders(p int32, age time.Duration) map[string]string {
+	return map[string]string{
+		pcon.HeaderOriginalTopic: "like-events", pcon.HeaderOriginalPartition: strconv.Itoa(int(p)),
+		pcon.HeaderError: "database unavailable", pcon.HeaderDeadLetteredAt: time.Now().Add(-age).UTC().Format(time.RFC3339Nano),
+	}
+}
+
+// deadLetter writes a record to like-events.DLT partition p with headers h
+// and the further header name/value pairs kv.
+func (s *stack) deadLetter(p int32, key string, h map[string]string, kv ...string) {
+	s.t.Helper()
+	m := &sarama.ProducerMessage{Topic: "like-events.DLT", Partition: p, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder("{}")}
+	for k, v := range h {
+		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(kv[i]), Value: []byte(kv[i+1])})
+	}
+	if _, _, err := s.producer.SendMessage(m); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 func newStack(t *testing.T) *stack {
@@ -67,37 +106,10 @@ func newStack(t *testing.T) *stack {
 
 	// Dead letters: two like records of partition 0 (one re-driven thrice
 	// already), one foreign record.
-	sc := sarama.NewConfig()
-	sc.Producer.Return.Successes = true
-	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	p, err := sarama.NewSyncProducer(s.brokers, sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for _, d := range []struct {
-		key      string
-		redrives string
-		foreign  bool
-	}{{"1", "", false}, {"2", "3", false}, {"3", "", true}} {
-		m := &sarama.ProducerMessage{Topic: "like-events.DLT", Partition: 0, Key: sarama.StringEncoder(d.key), Value: sarama.StringEncoder("{}")}
-		h := map[string]string{"ce_id": "ev-" + d.key}
-		if !d.foreign {
-			h[pcon.HeaderOriginalTopic] = "like-events"
-			h[pcon.HeaderOriginalPartition] = "0"
-			h[pcon.HeaderError] = "database unavailable"
-			h[pcon.HeaderDeadLetteredAt] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
-		}
-		if d.redrives != "" {
-			h[reclaim.HeaderRedriveCount] = d.redrives
-		}
-		for k, v := range h {
-			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
-		}
-		if _, _, err := p.SendMessage(m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.producer = newProducer(t, s.brokers)
+	s.deadLetter(0, "1", pconHeaders(0, time.Hour), "ce_id", "ev-1")
+	s.deadLetter(0, "2", pconHeaders(0, time.Hour), "ce_id", "ev-2", reclaim.HeaderRedriveCount, "3")
+	s.deadLetter(0, "3", nil, "ce_id", "ev-3")
 	return s
 }
 
@@ -219,10 +231,10 @@ func TestDLTCommands(t *testing.T) {
 	s := newStack(t)
 	list := lines(s.ok("dlt", "list", "--topic", "like"))
 	want := [][]string{
-		{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST", "PENDING", "REDRIVES", "AT", "MAX", "FOREIGN", "TOP", "ERROR"},
-		{"like-events.DLT", "0", "3", "3", "1h0m0s", "0×2", "3×1", "1", "1", "2×", "database", "unavailable"},
-		{"like-events.DLT", "1", "0", "0", "-", "-", "0", "0", "-"},
-		{"like-events.DLT", "2", "0", "0", "-", "-", "0", "0", "-"},
+		{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST", "PENDING", "EXPIRED", "REDRIVES", "AT", "MAX", "FOREIGN", "TOP", "ERROR"},
+		{"like-events.DLT", "0", "3", "3", "1h0m0s", "0", "0×2", "3×1", "1", "1", "2×", "database", "unavailable"},
+		{"like-events.DLT", "1", "0", "0", "-", "0", "-", "0", "0", "-"},
+		{"like-events.DLT", "2", "0", "0", "-", "0", "-", "0", "0", "-"},
 	}
 	if diff := cmp.Diff(want, list); diff != "" {
 		t.Errorf("dlt list (-want +got):\n%s", diff)
@@ -253,7 +265,7 @@ func TestDLTCommands(t *testing.T) {
 		t.Errorf("republished record on partition %d with headers %v", recs[0].Partition, h)
 	}
 	table := lines(s.ok("dlt", "redrive", "--topic", "like"))
-	if diff := cmp.Diff([]string{"like-events.DLT", "0", "3", "3", "0", "0", "0", "0", "-"}, table[1]); diff != "" {
+	if diff := cmp.Diff([]string{"like-events.DLT", "0", "3", "3", "0", "0", "0", "0", "0", "-"}, table[1]); diff != "" {
 		t.Errorf("second redrive finds nothing (-want +got):\n%s", diff)
 	}
 	// The parked record was kept in like-events.PARKED with its reason: the
@@ -302,6 +314,10 @@ func TestBadInvocations(t *testing.T) {
 		{"unknown topic", []string{"dlt", "redrive", "--topic", "refund"}, "", `unknown topic "refund"`},
 		{"bad duration", []string{"dlt", "redrive", "--topic", "like", "--older-than", "soon"}, "", "invalid value \"soon\" for flag -older-than"},
 		{"zero limit", []string{"dlt", "redrive", "--topic", "like", "--limit", "0"}, "", "--limit must be 1 to 10000"},
+		{"limit past 10,000", []string{"dlt", "redrive", "--topic", "like", "--limit", "10001"}, "", "--limit must be 1 to 10000"},
+		{"listing past 10,000", []string{"outbox", "failed", "list", "--limit", "10001"}, "", "--limit must be 1 to 10000"},
+		{"bad record", []string{"parked", "redrive", "--topic", "like", "--record", "7"}, "", `want PARTITION:OFFSET, got "7"`},
+		{"no horizon", []string{"dlt", "list", "--horizon", "0s"}, "", "--horizon must be positive"},
 		{"ids and all", []string{"outbox", "failed", "redrive", "--all", "--id", "1"}, "", "give either --id N… or --all"},
 		{"neither ids nor all", []string{"outbox", "failed", "redrive"}, "", "give either --id N… or --all"},
 		{"bad id", []string{"outbox", "failed", "redrive", "--id", "x"}, "", "want a positive outbox_failed id"},

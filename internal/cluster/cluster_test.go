@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,15 +239,133 @@ func TestRetention(t *testing.T) {
 		('alive-for-days', 's', 'h', 'v', now() - interval '3 days', now(), '6s', '20s', NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := st.purge(ctx, 24*time.Hour)
+	p, err := st.purge(ctx, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 {
-		t.Errorf("purged %d nodes, want 2", n)
+	if p.Nodes != 2 {
+		t.Errorf("purged %d nodes, want 2", p.Nodes)
 	}
 	if diff := cmp.Diff(map[string]string{"left-recently": StatusLeft, "alive-for-days": StatusAlive}, statuses(t, st)); diff != "" {
 		t.Errorf("nodes after purge (-want +got):\n%s", diff)
+	}
+}
+
+// TestOneRetention: a node purging with a short retention keeps what a live
+// node with a longer one still keeps (nodes, handoffs), until that node is
+// gone; partition rows of a group that no longer exists go, those of a
+// group with a live owner or recent activity stay.
+func TestOneRetention(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	ctx := context.Background()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := st.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO cluster_nodes (node_id, service, host, version, started_at, last_heartbeat, suspect_after, down_after, left_at, retention) VALUES
+		('patient', 's', 'h', 'v', now(), now(), '6s', '20s', NULL, '72 hours'),
+		('left-2-days-ago', 's', 'h', 'v', now() - interval '3 days', now() - interval '2 days', '6s', '20s', now() - interval '2 days', '24 hours'),
+		('owner', 's', 'h', 'v', now() - interval '3 days', now(), '6s', '20s', NULL, '24 hours')`)
+	exec(`INSERT INTO cluster_handoffs (group_id, topic, partition, node_id, version, epoch, committed, completed, applied, released_at) VALUES
+		('gone', 't', 0, 'left-2-days-ago', 1, 1, 5, 5, true, now() - interval '2 days')`)
+	exec(`INSERT INTO cluster_assignments (group_id, topic, partition, node_id, epoch, assigned_at, start_offset, released_at, lag_at) VALUES
+		('gone', 't', 0, 'left-2-days-ago', 1, now() - interval '3 days', 0, now() - interval '2 days', now() - interval '2 days'),
+		('gone', 't', 1, 'purged-long-ago', 1, now() - interval '9 days', 0, NULL, now() - interval '8 days'),
+		('owned', 't', 0, 'owner', 1, now() - interval '3 days', 0, NULL, now() - interval '3 days'),
+		('recent', 't', 0, 'left-2-days-ago', 1, now() - interval '3 days', 0, now() - interval '1 hour', NULL)`)
+	rows := func(q string) int {
+		t.Helper()
+		var n int
+		if err := st.pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	groups := func() string {
+		t.Helper()
+		var g string
+		if err := st.pool.QueryRow(ctx, `SELECT string_agg(DISTINCT group_id, ',' ORDER BY group_id) FROM cluster_assignments`).Scan(&g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+
+	// One day is short of what "patient" keeps: nothing goes.
+	if p, err := st.purge(ctx, 24*time.Hour); err != nil || p != (purged{}) {
+		t.Fatalf("purge while a node keeps 72 h: %+v, %v; want nothing", p, err)
+	}
+	if n := rows(`SELECT count(*) FROM cluster_handoffs`); n != 1 || groups() != "gone,owned,recent" {
+		t.Errorf("after a purge inside the longest retention: %d handoffs, groups %s", n, groups())
+	}
+
+	exec(`UPDATE cluster_nodes SET left_at = now() WHERE node_id = 'patient'`)
+	p, err := st.purge(ctx, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != (purged{Nodes: 1, Groups: 1}) {
+		t.Errorf("purged %+v, want the node that left 2 days ago and the group gone", p)
+	}
+	if n := rows(`SELECT count(*) FROM cluster_handoffs`); n != 0 || groups() != "owned,recent" {
+		t.Errorf("after the purge: %d handoffs, groups %s; want 0 and owned,recent", n, groups())
+	}
+}
+
+// TestNodeIDClaimedTwice: two live processes heartbeating under one node id
+// both count and log it, and the view shows when; a process restarted
+// under its id (the old one gone) reports nothing.
+func TestNodeIDClaimedTwice(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	view := func() Node {
+		t.Helper()
+		v, err := st.View(context.Background())
+		if err != nil || len(v.Nodes) != 1 {
+			t.Fatalf("view: %+v, %v", v.Nodes, err)
+		}
+		return v.Nodes[0]
+	}
+	start := func() (*Member, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		m, err := Join(url, fastConfig("twin"), Info{Service: "svc"}, quiet, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Start(context.Background())
+		return m, reg
+	}
+
+	first, reg1 := start()
+	waitStatus(t, st, map[string]string{"twin": StatusAlive})
+	first.Abandon() // a crash; then a restart under the same id
+	again, reg2 := start()
+	t.Cleanup(again.Leave)
+	// A few heartbeats of the restarted process.
+	deadline := time.Now().Add(5 * time.Second)
+	for n := view(); n.LastHeartbeat.Sub(n.StartedAt) < 200*time.Millisecond; n = view() {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted process does not heartbeat")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := view().IDConflictAt; n != nil || testutilCount(t, reg1, "cluster_node_id_conflicts_total")+testutilCount(t, reg2, "cluster_node_id_conflicts_total") != 0 {
+		t.Fatalf("a restart under the same id was reported as a conflict (at %v)", n)
+	}
+
+	twin, reg3 := start()
+	t.Cleanup(twin.Leave)
+	for testutilCount(t, reg2, "cluster_node_id_conflicts_total") == 0 || testutilCount(t, reg3, "cluster_node_id_conflicts_total") == 0 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatalf("conflicts counted: %v and %v; want both processes to report",
+				testutilCount(t, reg2, "cluster_node_id_conflicts_total"), testutilCount(t, reg3, "cluster_node_id_conflicts_total"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if view().IDConflictAt == nil {
+		t.Error("the view does not show the conflict")
 	}
 }
 
@@ -258,7 +378,7 @@ func TestLateAssignment(t *testing.T) {
 	ctx := context.Background()
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
 	t.Cleanup(func() { b.store.Close() })
-	if err := a.store.heartbeat(ctx, a.cfg, a.info, true); err != nil {
+	if _, err := a.store.heartbeat(ctx, a.cfg, a.info, a.instance, true); err != nil {
 		t.Fatal(err)
 	}
 	p0 := claim{Group: "g", Topic: "t", Partition: 0}
@@ -311,8 +431,10 @@ func TestCollector(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	m := join(t, url, fastConfig("collector"), "svc") // not started: it writes no row
+	t.Cleanup(m.Abandon)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(st, quiet))
+	reg.MustRegister(NewCollector(m, quiet))
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -336,4 +458,89 @@ func TestCollector(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
+}
+
+// TestViewFloodSparesHeartbeat: readers asking for the view as fast as they
+// can, 64 at a time, while the database answers it slowly (a lock holds its
+// partition table 400 ms at a time), never make the node read SUSPECT, and
+// the registry's pool serves them one read a second (ViewEvery): every other
+// connection it hands out goes to the heartbeat.
+func TestViewFloodSparesHeartbeat(t *testing.T) {
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	cfg := Config{NodeID: "flooded", HeartbeatInterval: 100 * time.Millisecond, SuspectAfter: 500 * time.Millisecond, DownAfter: time.Second, Retention: time.Hour}
+	reg := prometheus.NewRegistry()
+	m, err := Join(url, cfg, Info{Service: "svc"}, quiet, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start(context.Background())
+	t.Cleanup(m.Leave)
+	waitStatus(t, st, map[string]string{"flooded": StatusAlive})
+
+	beats := func() int64 {
+		var n int64
+		if err := st.pool.QueryRow(context.Background(), `SELECT heartbeats FROM cluster_nodes WHERE node_id = 'flooded'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	beats0, acquired0, reads0 := beats(), m.store.pool.Stat().AcquireCount(), testutilCount(t, reg, "cluster_view_reads_total")
+	start := time.Now()
+	const flood = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), flood)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		calls atomic.Int64
+	)
+	for range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := m.View(ctx); err != nil && ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	// The slow database: each view read waits for the lock, holding one of
+	// the pool's two connections meanwhile.
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			tx, err := st.pool.Begin(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := tx.Exec(context.Background(), `LOCK TABLE cluster_assignments IN ACCESS EXCLUSIVE MODE`); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(400 * time.Millisecond)
+			_ = tx.Commit(context.Background())
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	var unhealthy []string
+	for ctx.Err() == nil {
+		if s := statuses(t, st)["flooded"]; s != StatusAlive {
+			unhealthy = append(unhealthy, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if len(unhealthy) > 0 {
+		t.Errorf("the node read %v during the flood", unhealthy)
+	}
+	reads := testutilCount(t, reg, "cluster_view_reads_total") - reads0
+	// The other acquisitions are the heartbeats' (one each).
+	others := m.store.pool.Stat().AcquireCount() - acquired0 - (beats() - beats0)
+	limit := elapsed.Seconds()/ViewEvery.Seconds() + 2
+	if reads > limit || float64(others) > limit {
+		t.Errorf("%d view calls in %v read the database %v times and took %d connections besides the heartbeats'; want at most %.0f",
+			calls.Load(), elapsed.Round(time.Millisecond), reads, others, limit)
+	}
+	t.Logf("%d view calls in %v: %v database reads", calls.Load(), elapsed.Round(time.Millisecond), reads)
 }

@@ -10,21 +10,21 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
-// Collector exposes the cluster view as metrics, read from the database at
-// each scrape: cluster_nodes{service,status}, cluster_leader_changes_total
-// and cluster_assignments{group,node}. One service (commerce-api) registers
-// it, so the cluster is counted once.
+// Collector exposes the cluster view as metrics at each scrape, from the
+// Member's cached view: cluster_nodes{service,status},
+// cluster_leader_changes_total and cluster_assignments{group,node}. One
+// service (commerce-api) registers it, so the cluster is counted once.
 type Collector struct {
-	store  *Store
+	member *Member
 	logger *slog.Logger
 
 	nodes, changes, assignments *prometheus.Desc
 }
 
-// NewCollector returns a Collector reading through st.
-func NewCollector(st *Store, logger *slog.Logger) *Collector {
+// NewCollector returns a Collector reading through m.
+func NewCollector(m *Member, logger *slog.Logger) *Collector {
 	return &Collector{
-		store: st, logger: logger,
+		member: m, logger: logger,
 		nodes:       prometheus.NewDesc("cluster_nodes", "Registered service instances by service and status (derived from heartbeat age on the database clock).", []string{"service", "status"}, nil),
 		changes:     prometheus.NewDesc("cluster_leader_changes_total", "Relay leader terms started (the relay lease's fencing token).", nil, nil),
 		assignments: prometheus.NewDesc("cluster_assignments", "Partitions each node owns (not released), by consumer group.", []string{"group", "node"}, nil),
@@ -43,7 +43,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	v, err := c.store.View(ctx)
+	v, err := c.member.View(ctx)
 	if err != nil {
 		c.logger.Warn("cluster metrics: read view", service.ErrKey, err)
 		return
@@ -60,7 +60,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.nodes, prometheus.GaugeValue, float64(byStatus[st]), svc, st)
 		}
 	}
-	changes, err := c.store.leaderTerms(ctx)
+	changes, err := c.member.store.leaderTerms(ctx)
 	if err != nil {
 		c.logger.Warn("cluster metrics: count leader changes", service.ErrKey, err)
 	} else {

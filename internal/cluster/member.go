@@ -2,10 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -34,6 +35,10 @@ type Member struct {
 	info    Info
 	logger  *slog.Logger
 	metrics *memberMetrics
+	views   *viewCache
+	// instance is this process's nonce in its node row: a heartbeat that
+	// finds another there means a second process claims the node id.
+	instance string
 
 	mu    sync.Mutex
 	owned map[claim]*owned
@@ -86,6 +91,7 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 	}
 	return &Member{
 		store: st, cfg: cfg, info: info, logger: logger.With("node", cfg.NodeID), metrics: m,
+		views: newViewCache(st.View, ViewEvery, m.viewReads.Inc), instance: rand.Text(),
 		owned: map[claim]*owned{}, stats: map[string]func() pcon.Stats{},
 	}, nil
 }
@@ -93,11 +99,12 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 // NodeID is the id this Member registers under.
 func (m *Member) NodeID() string { return m.cfg.NodeID }
 
-// View reads the whole cluster view (see Store.View).
-func (m *Member) View(ctx context.Context) (View, error) { return m.store.View(ctx) }
-
-// Store is the Member's store, for readers such as the view's metrics.
-func (m *Member) Store() *Store { return m.store }
+// View returns the whole cluster view (see Store.View), read at most once
+// per ViewEvery however often it is called: every reader in the process
+// (the HTTP view, the stream summary, the metrics) shares one copy, so no
+// request rate can take the registry's connections from the heartbeat.
+// View.At says when it was read. Callers must not modify its slices.
+func (m *Member) View(ctx context.Context) (View, error) { return m.views.get(ctx) }
 
 // Start joins the registry and heartbeats in the background until Leave.
 func (m *Member) Start(ctx context.Context) {
@@ -179,7 +186,7 @@ func backoff(interval, limit time.Duration, fails int) time.Duration {
 		d *= 2
 	}
 	d = min(d, limit)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + mrand.N(d/2+1)
 }
 
 // beat writes one heartbeat, retries assignments whose write failed,
@@ -188,21 +195,26 @@ func (m *Member) beat(ctx context.Context, join, purge bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.SuspectAfter)
 	defer cancel()
 	start := time.Now()
-	if err := m.store.heartbeat(ctx, m.cfg, m.info, join); err != nil {
+	conflict, err := m.store.heartbeat(ctx, m.cfg, m.info, m.instance, join)
+	if err != nil {
 		return err
 	}
 	m.metrics.latency.Observe(time.Since(start).Seconds())
+	if conflict {
+		m.metrics.idConflicts.Inc()
+		m.logger.Error("another live process heartbeats under this node id; give each process its own node id", "host", m.info.Host)
+	}
 	m.retryAssignments(ctx)
 	if err := m.publishLag(ctx); err != nil {
 		return err
 	}
 	if purge {
-		n, err := m.store.purge(ctx, m.cfg.Retention)
+		p, err := m.store.purge(ctx, m.cfg.Retention)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			m.logger.Info("cluster retention removed nodes", "removed", n, "olderThan", m.cfg.Retention)
+		if p.Nodes+p.Groups > 0 {
+			m.logger.Info("cluster retention removed nodes and groups", "nodes", p.Nodes, "groups", p.Groups, "retention", m.cfg.Retention)
 		}
 	}
 	return nil
@@ -396,10 +408,12 @@ func buildVersion() string {
 
 // memberMetrics are what a Member measures of itself.
 type memberMetrics struct {
-	latency  prometheus.Histogram
-	failures prometheus.Counter
-	moves    *prometheus.CounterVec
-	ready    *prometheus.HistogramVec
+	latency     prometheus.Histogram
+	failures    prometheus.Counter
+	idConflicts prometheus.Counter
+	viewReads   prometheus.Counter
+	moves       *prometheus.CounterVec
+	ready       *prometheus.HistogramVec
 }
 
 func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
@@ -413,6 +427,14 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 			Name: "cluster_heartbeat_failures_total",
 			Help: "Cluster heartbeats that failed (the node backs off and shows as SUSPECT).",
 		}),
+		idConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cluster_node_id_conflicts_total",
+			Help: "Heartbeats that found this node's row written by another process: two live processes claim one node id.",
+		}),
+		viewReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cluster_view_reads_total",
+			Help: "Reads of the cluster view from the database (at most one a second, whatever the request rate).",
+		}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cluster_partition_moves_total",
 			Help: "Partitions this node took over from another node, by consumer group.",
@@ -423,7 +445,7 @@ func newMemberMetrics(reg prometheus.Registerer) (*memberMetrics, error) {
 			Buckets: []float64{.5, 1, 2, 5, 10, 30, 60, 300},
 		}, []string{"group"}),
 	}
-	for _, c := range []prometheus.Collector{m.latency, m.failures, m.moves, m.ready} {
+	for _, c := range []prometheus.Collector{m.latency, m.failures, m.idConflicts, m.viewReads, m.moves, m.ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("cluster metrics: %w", err)
 		}

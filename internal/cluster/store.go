@@ -42,23 +42,33 @@ func (s *Store) Close() { s.db.Close() }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
-// heartbeat upserts the node row with the database's now(). join resets
-// started_at (the first heartbeat of a process); a restarted node with the
-// same id keeps its one row.
-func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, join bool) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO cluster_nodes AS n (node_id, service, roles, host, version, started_at, last_heartbeat, suspect_after, down_after)
-		VALUES ($1, $2, $3, $4, $5, now(), now(), $6 * interval '1 microsecond', $7 * interval '1 microsecond')
+// heartbeat upserts the node row with the database's now(), as the process
+// whose nonce is instance. join resets started_at (the first heartbeat of a
+// process); a restarted node with the same id keeps its one row. conflict
+// reports that another process wrote the row since this one's last
+// heartbeat: two live processes claim the node id.
+func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, instance string, join bool) (conflict bool, err error) {
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO cluster_nodes AS n (node_id, service, roles, host, version, started_at, last_heartbeat, suspect_after, down_after,
+		                                instance, retention)
+		VALUES ($1, $2, $3, $4, $5, now(), now(), $6 * interval '1 microsecond', $7 * interval '1 microsecond',
+		        $9, $10 * interval '1 microsecond')
 		ON CONFLICT (node_id) DO UPDATE SET
 			service = EXCLUDED.service, roles = EXCLUDED.roles, host = EXCLUDED.host, version = EXCLUDED.version,
 			started_at = CASE WHEN $8 THEN now() ELSE n.started_at END,
 			last_heartbeat = now(), suspect_after = EXCLUDED.suspect_after, down_after = EXCLUDED.down_after,
-			left_at = NULL, heartbeats = n.heartbeats + 1`,
-		cfg.NodeID, info.Service, info.Roles, info.Host, info.Version, micros(cfg.SuspectAfter), micros(cfg.DownAfter), join)
+			left_at = NULL, heartbeats = n.heartbeats + 1,
+			instance = EXCLUDED.instance, retention = EXCLUDED.retention,
+			id_conflict_at = CASE WHEN $8 THEN NULL
+			                      WHEN n.instance IS DISTINCT FROM EXCLUDED.instance THEN now()
+			                      ELSE n.id_conflict_at END
+		RETURNING COALESCE(id_conflict_at = now(), false)`,
+		cfg.NodeID, info.Service, info.Roles, info.Host, info.Version, micros(cfg.SuspectAfter), micros(cfg.DownAfter), join,
+		instance, micros(cfg.Retention)).Scan(&conflict)
 	if err != nil {
-		return fmt.Errorf("cluster: heartbeat: %w", err)
+		return false, fmt.Errorf("cluster: heartbeat: %w", err)
 	}
-	return nil
+	return conflict, nil
 }
 
 // leave marks the node LEFT.
@@ -69,22 +79,44 @@ func (s *Store) leave(ctx context.Context, nodeID string) error {
 	return nil
 }
 
-// purge removes nodes DOWN or LEFT for longer than retention, and handoff
-// and leader history older than it.
-func (s *Store) purge(ctx context.Context, retention time.Duration) (int64, error) {
-	var n int64
+// purged is what one retention purge removed.
+type purged struct {
+	Nodes  int64 // node rows DOWN or LEFT for longer than the retention
+	Groups int64 // consumer groups whose partition rows went
+}
+
+// purge removes nodes DOWN or LEFT for longer than the retention, handoff
+// and leader history older than it, and the partition rows of consumer
+// groups that no longer exist: no partition owned by a live node, nothing
+// assigned, released or reported within the retention.
+//
+// The retention is the longest of retention and every live node's own (each
+// writes it with its heartbeat): nodes configured differently purge by one
+// retention, and nothing goes before every live node is done with it.
+func (s *Store) purge(ctx context.Context, retention time.Duration) (purged, error) {
+	var p purged
 	err := s.pool.QueryRow(ctx, `
-		WITH gone AS (
+		WITH keep AS (
+			SELECT GREATEST($1 * interval '1 microsecond',
+			                (SELECT max(retention) FROM cluster_node_status WHERE status IN ('ALIVE', 'SUSPECT'))) AS d),
+		gone AS (
 			DELETE FROM cluster_nodes
-			WHERE COALESCE(left_at, last_heartbeat + down_after) < now() - $1 * interval '1 microsecond'
+			WHERE COALESCE(left_at, last_heartbeat + down_after) < now() - (SELECT d FROM keep)
 			RETURNING 1),
-		h AS (DELETE FROM cluster_handoffs WHERE released_at < now() - $1 * interval '1 microsecond'),
-		l AS (DELETE FROM cluster_leader_history WHERE at < now() - $1 * interval '1 microsecond')
-		SELECT count(*) FROM gone`, micros(retention)).Scan(&n)
+		h AS (DELETE FROM cluster_handoffs WHERE released_at < now() - (SELECT d FROM keep)),
+		l AS (DELETE FROM cluster_leader_history WHERE at < now() - (SELECT d FROM keep)),
+		dead AS (
+			SELECT a.group_id FROM cluster_assignments a
+			LEFT JOIN cluster_node_status n ON n.node_id = a.node_id
+			GROUP BY a.group_id
+			HAVING NOT COALESCE(bool_or(a.released_at IS NULL AND n.status IN ('ALIVE', 'SUSPECT')), false)
+			   AND max(GREATEST(a.assigned_at, a.released_at, a.lag_at)) < now() - (SELECT d FROM keep)),
+		g AS (DELETE FROM cluster_assignments WHERE group_id IN (SELECT group_id FROM dead) RETURNING 1)
+		SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM dead)`, micros(retention)).Scan(&p.Nodes, &p.Groups)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: purge: %w", err)
+		return purged{}, fmt.Errorf("cluster: purge: %w", err)
 	}
-	return n, nil
+	return p, nil
 }
 
 // claim identifies one partition of one group.

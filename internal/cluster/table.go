@@ -16,7 +16,11 @@ func WriteTable(w io.Writer, v View) error {
 	fmt.Fprintf(tw, "NODES (at %s)\n", v.At.UTC().Format(time.RFC3339))
 	fmt.Fprintln(tw, "NODE\tSERVICE\tSTATUS\tHEARTBEAT AGE\tSTARTED\tROLES")
 	for _, n := range v.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fs\t%s\t%s\n", n.ID, n.Service, n.Status, n.HeartbeatAgeSeconds,
+		status := n.Status
+		if n.IDConflictAt != nil {
+			status += " (id claimed by two processes, " + n.IDConflictAt.UTC().Format(time.RFC3339) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1fs\t%s\t%s\n", n.ID, n.Service, status, n.HeartbeatAgeSeconds,
 			n.StartedAt.UTC().Format(time.RFC3339), strings.Join(n.Roles, ","))
 	}
 	fmt.Fprintln(tw)

@@ -43,6 +43,10 @@ type Node struct {
 	LastHeartbeat       time.Time  `json:"lastHeartbeat"`
 	HeartbeatAgeSeconds float64    `json:"heartbeatAgeSeconds"`
 	LeftAt              *time.Time `json:"leftAt"`
+	// IDConflictAt is when a heartbeat of this node last found its row
+	// written by another process since its own previous one: two live
+	// processes claim the id. nil when none did since the node joined.
+	IDConflictAt *time.Time `json:"idConflictAt"`
 }
 
 // Leader is the holder of the relay lease.
@@ -121,7 +125,7 @@ func (s *Store) View(ctx context.Context) (View, error) {
 		}
 		rows, err := tx.Query(ctx, `
 			SELECT node_id, service, roles, host, version, status, started_at, last_heartbeat,
-			       extract(epoch FROM heartbeat_age)::float8, left_at
+			       extract(epoch FROM heartbeat_age)::float8, left_at, id_conflict_at
 			FROM cluster_node_status ORDER BY service, node_id`)
 		if err != nil {
 			return err

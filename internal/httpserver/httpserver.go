@@ -1,6 +1,7 @@
 // Package httpserver holds the HTTP plumbing every service shares: a server
-// with timeouts, graceful shutdown, and the operational endpoints /healthz,
-// /readyz and /metrics.
+// with timeouts, graceful shutdown, the operators' endpoints /healthz,
+// /readyz and /metrics for an admin listener (Ops), and the bare probes for
+// a public one (Probes).
 package httpserver
 
 import (
@@ -87,24 +88,42 @@ func WithLogger(l *slog.Logger) OpsOption {
 // ReadyTimeout bounds all of /readyz's checks together.
 const ReadyTimeout = 2 * time.Second
 
-// Ops registers /healthz (the process is alive), /readyz (every check
-// passes) and /metrics (the registry's collectors) on mux.
+// Ops registers the operators' endpoints on mux, for an admin listener that
+// only operators and Prometheus reach: /healthz (the process is alive),
+// /readyz (every check passes) and /metrics (the registry's collectors).
 //
 // /readyz names each failed check and says only "unavailable" or "timeout"
 // about it: a dependency's error names its host, user and database (or
-// brokers), which an unauthenticated endpoint must not tell. The error goes
-// to the log when a logger is given.
+// brokers), which belongs in the log (given a logger), not in a response.
 func Ops(mux interface {
 	Handle(pattern string, h http.Handler)
 }, reg *prometheus.Registry, checks map[string]Check, opts ...OpsOption) {
+	mux.Handle("/healthz", http.HandlerFunc(healthz))
+	mux.Handle("/readyz", readyz(checks, true, opts))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+}
+
+// Probes registers /healthz and /readyz for a public listener (a load
+// balancer's probes): /readyz answers ready or unavailable and names no
+// check. Which dependency failed is the admin listener's (Ops) to tell.
+func Probes(mux interface {
+	Handle(pattern string, h http.Handler)
+}, checks map[string]Check, opts ...OpsOption) {
+	mux.Handle("/healthz", http.HandlerFunc(healthz))
+	mux.Handle("/readyz", readyz(checks, false, opts))
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz runs every check within ReadyTimeout; detail names the failed ones.
+func readyz(checks map[string]Check, detail bool, opts []OpsOption) http.Handler {
 	var cfg opsConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
-	mux.Handle("/healthz", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}))
-	mux.Handle("/readyz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 		defer cancel()
 		failed := map[string]string{}
@@ -121,13 +140,15 @@ func Ops(mux interface {
 				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, service.ErrKey, err)
 			}
 		}
-		if len(failed) > 0 {
+		switch {
+		case len(failed) == 0:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		case detail:
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "failed": failed})
-			return
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	}))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -15,34 +15,46 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 )
 
+// TestOps: the admin endpoints (Ops) and the public probes (Probes) on
+// the same checks. Neither tells a dependency's address or error; only the
+// admin /readyz names the failed check, and only the admin side has
+// /metrics.
 func TestOps(t *testing.T) {
 	var dbErr error
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "things_total", Help: "things"})
 	reg.MustRegister(c)
-	mux := http.NewServeMux()
-	httpserver.Ops(mux, reg, map[string]httpserver.Check{"db": func(context.Context) error { return dbErr }})
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
+	checks := map[string]httpserver.Check{"db": func(context.Context) error { return dbErr }}
+	admin, public := http.NewServeMux(), http.NewServeMux()
+	httpserver.Ops(admin, reg, checks)
+	httpserver.Probes(public, checks)
+	srv := map[string]*httptest.Server{"admin": httptest.NewServer(admin), "public": httptest.NewServer(public)}
+	for _, s := range srv {
+		defer s.Close()
+	}
+	refused := errors.New(`failed to connect to user=commerce database=commerce: 10.0.0.7:5432: connection refused`)
 
 	tests := []struct {
-		name, path string
-		dbErr      error
-		wantStatus int
-		wantBody   string
+		name, listener, path string
+		dbErr                error
+		wantStatus           int
+		wantBody             string
 	}{
-		{"alive", "/healthz", nil, 200, `"ok"`},
-		{"ready", "/readyz", nil, 200, `"ready"`},
-		{"not ready names the failed check, not its error", "/readyz",
-			errors.New(`failed to connect to user=commerce database=commerce: 10.0.0.7:5432: connection refused`), 503, `"db":"unavailable"`},
-		{"a check that times out", "/readyz", context.DeadlineExceeded, 503, `"db":"timeout"`},
-		{"alive while not ready", "/healthz", errors.New("down"), 200, `"ok"`},
-		{"metrics", "/metrics", nil, 200, "things_total 0"},
+		{"alive", "admin", "/healthz", nil, 200, `"ok"`},
+		{"ready", "admin", "/readyz", nil, 200, `"ready"`},
+		{"not ready names the failed check, not its error", "admin", "/readyz", refused, 503, `"db":"unavailable"`},
+		{"a check that times out", "admin", "/readyz", context.DeadlineExceeded, 503, `"db":"timeout"`},
+		{"alive while not ready", "admin", "/healthz", errors.New("down"), 200, `"ok"`},
+		{"metrics", "admin", "/metrics", nil, 200, "things_total 0"},
+		{"public alive", "public", "/healthz", nil, 200, `{"status":"ok"}`},
+		{"public ready", "public", "/readyz", nil, 200, `{"status":"ready"}`},
+		{"public not ready names nothing", "public", "/readyz", refused, 503, `{"status":"unavailable"}` + "\n"},
+		{"no public metrics", "public", "/metrics", nil, 404, "404 page not found"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dbErr = tc.dbErr
-			resp, err := http.Get(srv.URL + tc.path)
+			resp, err := http.Get(srv[tc.listener].URL + tc.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,6 +62,9 @@ func TestOps(t *testing.T) {
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tc.wantStatus || !strings.Contains(string(body), tc.wantBody) {
 				t.Fatalf("GET %s = %d %s; want %d containing %s", tc.path, resp.StatusCode, body, tc.wantStatus, tc.wantBody)
+			}
+			if tc.listener == "public" && strings.Contains(string(body), `"db"`) {
+				t.Errorf("the public %s names the check: %s", tc.path, body)
 			}
 			for _, secret := range []string{"10.0.0.7", "commerce", "5432", "refused"} {
 				if strings.Contains(string(body), secret) {

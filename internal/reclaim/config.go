@@ -45,9 +45,33 @@ const (
 	Parked   Outcome = "parked"   // not worth re-driving (see Record.Why): copied to the parked topic, committed past
 	Skipped  Outcome = "skipped"  // not written by pcon (no origin headers): left in the DLT
 	Failed   Outcome = "failed"   // the republish failed: retried next pass
+	// Expired: its event is older than its consumers' idempotency horizon,
+	// so they would skip it, re-driven or not: copied to the parked topic
+	// with that reason and committed past, never re-driven in silence.
+	Expired Outcome = "expired"
 )
 
-var outcomes = []Outcome{Redriven, Parked, Skipped, Failed}
+var outcomes = []Outcome{Redriven, Parked, Skipped, Failed, Expired}
+
+// HorizonTopics are the topics whose consumers skip an event older than
+// their idempotency horizon (product-consumers' order and view consumers:
+// each event counts once, and past the horizon its idempotency record may
+// be purged). Likes and stock events carry their own guards and have none.
+// product-consumers' tests check the list against its handlers.
+var HorizonTopics = []string{"order-events", "product-events"}
+
+// DefaultHorizon is product-consumers' idempotency horizon with its shipped
+// settings: EVENT_HANDLED_RETENTION (7 days) minus EVENT_HORIZON_MARGIN
+// (1 hour).
+const DefaultHorizon = 7*24*time.Hour - time.Hour
+
+// MaxTotal bounds the records one operator's pass (Options.Total) takes.
+const MaxTotal = 10_000
+
+// Chunk bounds the records one republish sends and one commit covers: a
+// pass takes a partition chunk by chunk, holding at most Chunk records at a
+// time and saving its progress after each.
+const Chunk = 500
 
 // Config configures a Reclaimer.
 type Config struct {
@@ -72,6 +96,11 @@ type Config struct {
 	// MaxRedrives is how often a record may be re-driven; after that it
 	// stays parked.
 	MaxRedrives int
+	// Horizon, when positive, is how old an event of HorizonTopics may be
+	// (by its CloudEvents time) and still be applied by its consumers; an
+	// older one is Expired rather than re-driven to be skipped.
+	Horizon       time.Duration
+	HorizonTopics []string
 	// ReadTimeout bounds the wait for a record known to exist (default 10 s).
 	ReadTimeout time.Duration
 	Logger      *slog.Logger

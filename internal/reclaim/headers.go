@@ -17,7 +17,11 @@ type Info struct {
 	Error     string
 	Reason    string    // pcon.HeaderReason: why pcon dead-lettered it
 	DeadSince time.Time // pcon.HeaderDeadLetteredAt, else the record timestamp
+	EventTime time.Time // when the event happened (CloudEvents' time); zero when absent
 }
+
+// headerEventTime is the CloudEvents time attribute in binary mode.
+const headerEventTime = "ce_time"
 
 // Permanent reports whether the record was dead-lettered for a reason no
 // re-drive can heal: the handler refused it as data (pcon.ReasonPermanent)
@@ -63,6 +67,10 @@ func inspect(m *sarama.ConsumerMessage) Info {
 		case pcon.HeaderDeadLetteredAt:
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 				info.DeadSince = t
+			}
+		case headerEventTime:
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				info.EventTime = t
 			}
 		case HeaderRedriveCount:
 			if n, err := strconv.Atoi(v); err == nil && n > 0 {

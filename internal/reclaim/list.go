@@ -28,6 +28,10 @@ type PartitionSummary struct {
 	// AtMax counts records re-driven MaxRedrives times: parked for good.
 	AtMax   int64 `json:"atMaxRedrives"`
 	Foreign int64 `json:"foreign"` // records without pcon origin headers
+	// Expired counts the pending records whose event is older than their
+	// consumers' idempotency horizon: re-driven, they would be skipped, so
+	// a pass parks them as expired instead.
+	Expired int64 `json:"expired"`
 	// Errors counts records by their pcon-error header (cut to 80 bytes).
 	Errors map[string]int64 `json:"errors"`
 }
@@ -90,6 +94,9 @@ func (r *Reclaimer) summarise(ctx context.Context, k tp) (PartitionSummary, erro
 		}
 		if m.Offset >= committed && s.OldestPending == 0 {
 			s.OldestPending = now.Sub(info.DeadSince)
+		}
+		if m.Offset >= committed && r.expired(info.Origin, info) {
+			s.Expired++
 		}
 		return true, nil
 	})

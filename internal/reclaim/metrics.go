@@ -16,7 +16,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reclaim_messages_total",
-			Help: "DLT records a reclaim pass took, by domain, shard (partition) and outcome (redriven, parked, skipped, failed).",
+			Help: "DLT records a reclaim pass took, by domain, shard (partition) and outcome (redriven, parked, skipped, failed, expired).",
 		}, []string{"domain", "shard", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "reclaim_latency_seconds",

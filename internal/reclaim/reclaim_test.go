@@ -42,7 +42,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	var topics []string
 	for _, d := range domains {
-		topics = append(topics, d, d+".DLT")
+		topics = append(topics, d, d+".DLT", d+".PARKED")
 	}
 	k := testenv.Kafka(t, topics...)
 	sc := sarama.NewConfig()
@@ -63,8 +63,9 @@ type dead struct {
 	key       string
 	age       time.Duration // since it was dead-lettered
 	redrives  int
-	foreign   bool   // no pcon headers at all
-	reason    string // pcon.HeaderReason ("" for ReasonFailed)
+	foreign   bool          // no pcon headers at all
+	reason    string        // pcon.HeaderReason ("" for ReasonFailed)
+	eventAge  time.Duration // since the event happened (ce_time); 0: no ce_time
 }
 
 func (e *env) deadLetter(ds ...dead) {
@@ -86,6 +87,9 @@ func (e *env) deadLetter(ds ...dead) {
 		}
 		if d.redrives > 0 {
 			h[reclaim.HeaderRedriveCount] = strconv.Itoa(d.redrives)
+		}
+		if d.eventAge > 0 {
+			h["ce_time"] = time.Now().Add(-d.eventAge).UTC().Format(time.RFC3339Nano)
 		}
 		for k, v := range h {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
@@ -544,29 +548,142 @@ func TestRedriversExcludeEachOther(t *testing.T) {
 	if n := redriven.Load(); n != total {
 		t.Fatalf("%d re-drives counted for %d dead letters", n, total)
 	}
-	seen := map[string]int{}
-	for _, m := range testenv.ReadTopic(t, e.brokers, "like-events", total, 30*time.Second) {
-		seen[string(m.Key)]++
-	}
-	for k, n := range seen {
-		if n != 1 {
-			t.Errorf("%s re-driven %d times", k, n)
-		}
-	}
-	client, err := sarama.NewClient(e.brokers, sarama.NewConfig())
+	testenv.EachKeyOnce(t, e.brokers, "like-events", total)
+}
+
+// TestExpiredPastHorizon: a dead letter whose event is older than its
+// consumers' idempotency horizon is shown as expired by the dry run and the
+// list, and a pass parks it with that reason instead of re-driving it to be
+// skipped; a topic without a horizon (likes) re-drives old events.
+func TestExpiredPastHorizon(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const week = 7 * 24 * time.Hour
+	e.deadLetter(
+		dead{topic: "order-events", partition: 0, key: "stale", age: time.Hour, eventAge: 8 * 24 * time.Hour},
+		dead{topic: "order-events", partition: 0, key: "fresh", age: time.Hour, eventAge: time.Hour},
+		dead{topic: "like-events", partition: 0, key: "old-like", age: time.Hour, eventAge: 8 * 24 * time.Hour},
+	)
+	r := e.reclaimer(nil, func(c *reclaim.Config) {
+		c.ParkSuffix, c.Horizon, c.HorizonTopics = ".PARKED", week-time.Hour, []string{"order-events"}
+	})
+	list, err := r.List(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	var published int64
-	for p := range int32(3) {
-		n, err := client.GetOffset("like-events", p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		published += n
+	expired := map[string]int64{}
+	for _, p := range list {
+		expired[p.Topic] += p.Expired
 	}
-	if len(seen) != total || published != total {
-		t.Errorf("%d distinct records of %d published to like-events, want each of %d once", len(seen), published, total)
+	if diff := cmp.Diff(map[string]int64{"like-events.DLT": 0, "order-events.DLT": 1}, expired); diff != "" {
+		t.Errorf("list: expired records (-want +got):\n%s", diff)
+	}
+	dry := r.Pass(context.Background(), reclaim.Options{DryRun: true})
+	var shown []string
+	for _, d := range dry.Domains {
+		for _, p := range d.Partitions {
+			for _, rec := range p.Records {
+				shown = append(shown, rec.Key+":"+string(rec.Outcome))
+				if rec.Outcome == reclaim.Expired && !strings.Contains(rec.Why, "idempotency horizon") {
+					t.Errorf("expired record's why: %q", rec.Why)
+				}
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"old-like:redriven", "stale:expired", "fresh:redriven"}, shown); diff != "" {
+		t.Errorf("dry run (-want +got):\n%s", diff)
+	}
+	res := r.Pass(context.Background(), reclaim.Options{})
+	if diff := cmp.Diff(map[reclaim.Outcome]int{reclaim.Redriven: 2, reclaim.Expired: 1}, counts(res)); diff != "" || res.Err() != nil {
+		t.Errorf("pass (-want +got):\n%s\nerror %v", diff, res.Err())
+	}
+	if got := e.republished("order-events", 1); got[0].Key != "fresh" {
+		t.Errorf("order-events got %v, want only the fresh event", got)
+	}
+	parked := e.republished("order-events.PARKED", 1)
+	if parked[0].Key != "stale" || !strings.Contains(parked[0].Headers[reclaim.HeaderParkedReason], "idempotency horizon") {
+		t.Errorf("parked copy %+v", parked[0])
+	}
+}
+
+// TestChunksCommitAsTheyGo: a partition of 1,200 dead letters is taken in
+// chunks of reclaim.Chunk, each committed before the next is read; a commit
+// that fails keeps the chunks before it, and the next pass goes on from
+// there.
+func TestChunksCommitAsTheyGo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const total = 1200
+	for i := range total {
+		e.deadLetter(dead{topic: "like-events", partition: 2, key: strconv.Itoa(i), age: time.Hour})
+	}
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics, c.Count = []string{"like-events"}, reclaim.MaxTotal })
+	commits := 0
+	r.SetBeforeCommit(func(_ string, p int32) error {
+		if p != 2 {
+			return nil
+		}
+		if commits++; commits == 2 {
+			return errors.New("crashed before the second commit")
+		}
+		return nil
+	})
+	first := r.Pass(context.Background(), reclaim.Options{})
+	if p := first.Domains[0].Partitions[2]; p.Err == nil || p.Committed != reclaim.Chunk {
+		t.Fatalf("first pass: committed %d (error %v); want the first chunk, %d, and the crash", p.Committed, p.Err, reclaim.Chunk)
+	}
+	second := r.Pass(context.Background(), reclaim.Options{})
+	p := second.Domains[0].Partitions[2]
+	if p.Err != nil || p.From != reclaim.Chunk || p.Committed != total || p.Counts[reclaim.Redriven] != total-reclaim.Chunk {
+		t.Errorf("second pass: from %d, committed %d, re-drove %d (error %v); want %d, %d, %d",
+			p.From, p.Committed, p.Counts[reclaim.Redriven], p.Err, reclaim.Chunk, total, total-reclaim.Chunk)
+	}
+	if commits != 2+2 {
+		t.Errorf("%d commits of partition 2, want 2 in the first pass (the second failing) and 2 in the second (500 and 200 records)", commits)
+	}
+}
+
+// TestTotalBoundsThePass: Options.Total bounds the records a pass takes
+// over every domain and partition together.
+func TestTotalBoundsThePass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 10 {
+		for _, d := range domains {
+			e.deadLetter(dead{topic: d, partition: int32(i % 3), key: d + strconv.Itoa(i), age: time.Hour})
+		}
+	}
+	r := e.reclaimer(nil, nil)
+	if got := r.Pass(context.Background(), reclaim.Options{Total: 7}).Totals()[reclaim.Redriven]; got != 7 {
+		t.Errorf("a pass of at most 7 re-drove %d", got)
+	}
+	if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 13 {
+		t.Errorf("the next pass re-drove %d, want the other 13", got)
+	}
+}
+
+// TestChosenRecords: a pass over chosen records re-drives just those, says
+// which named record does not exist, and commits nothing: the others stay
+// pending.
+func TestChosenRecords(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 5 {
+		e.deadLetter(dead{topic: "like-events", partition: 1, key: strconv.Itoa(i), age: time.Hour})
+	}
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"} })
+	res := r.Pass(context.Background(), reclaim.Options{Only: map[string]bool{"1:1": true, "1:3": true, "1:99": true}})
+	if got := res.Totals()[reclaim.Redriven]; got != 2 || res.Err() == nil || !strings.Contains(res.Err().Error(), "@99: no such record") {
+		t.Errorf("re-drove %d (error %v); want 2 and an error naming offset 99", got, res.Err())
+	}
+	var keys []string
+	for _, g := range e.republished("like-events", 2) {
+		keys = append(keys, g.Key)
+	}
+	if diff := cmp.Diff([]string{"1", "3"}, keys); diff != "" {
+		t.Errorf("republished (-want +got):\n%s", diff)
+	}
+	if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 5 {
+		t.Errorf("a full pass afterwards re-drove %d, want all 5 (the choice committed nothing)", got)
 	}
 }

@@ -16,6 +16,13 @@ type Options struct {
 	// Force re-drives records dead-lettered for a permanent reason too
 	// (an operator who fixed the code that refused them).
 	Force bool
+	// Total, when positive, bounds the records the whole pass takes, over
+	// every partition together (an operator's call: at most MaxTotal).
+	Total int
+	// Only, when not nil, takes just these records (an operator's choice),
+	// by the "partition:offset" of the topic the pass reads; the others are
+	// passed over and nothing is committed, so they stay pending.
+	Only map[string]bool
 }
 
 // Record is one record a pass took, reported only by a dry run.
@@ -26,7 +33,10 @@ type Record struct {
 	Redrives  int       `json:"redrives"`
 	DeadSince time.Time `json:"deadLetteredAt"`
 	Error     string    `json:"error,omitempty"`
-	// Why says why a record is parked or skipped.
+	// EventTime is when the event happened (its CloudEvents time), zero
+	// when the record does not say.
+	EventTime time.Time `json:"eventTime,omitzero"`
+	// Why says why a record is parked, expired or skipped.
 	Why string `json:"why,omitempty"`
 }
 

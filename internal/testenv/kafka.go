@@ -71,3 +71,39 @@ func Headers(m *sarama.ConsumerMessage) map[string]string {
 	}
 	return h
 }
+
+// EachKeyOnce checks that topic holds exactly n records, each with a key of
+// its own: what a re-drive of n distinct dead letters must leave behind,
+// whoever re-drove them.
+func EachKeyOnce(t testing.TB, brokers []string, topic string, n int) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, m := range ReadTopic(t, brokers, topic, n, 30*time.Second) {
+		seen[string(m.Key)]++
+	}
+	for k, c := range seen {
+		if c != 1 {
+			t.Errorf("%s: key %s %d times", topic, k, c)
+		}
+	}
+	client, err := sarama.NewClient(brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end int64
+	for _, p := range parts {
+		off, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end += off
+	}
+	if len(seen) != n || end != int64(n) {
+		t.Errorf("%s: %d distinct keys in %d records, want each of %d once", topic, len(seen), end, n)
+	}
+}

@@ -51,12 +51,14 @@ type Deps struct {
 	Cache   ProductCache
 	Logger  *slog.Logger
 	Metrics *prometheus.Registry
-	Checks  map[string]httpserver.Check
+	// Checks decide readiness: the public /readyz says ready or not, the
+	// admin one names what failed.
+	Checks map[string]httpserver.Check
 	// RequestTimeout is the deadline of every request; zero means none.
 	RequestTimeout time.Duration
 	// Stream serves GET /api/v1/stream; nil answers it with 503.
 	Stream *stream.Hub
-	// Cluster, when set, serves GET /api/v1/cluster.
+	// Cluster, when set, serves GET /api/v1/cluster on the admin handler.
 	Cluster ClusterView
 }
 
@@ -67,8 +69,9 @@ type server struct {
 	hub   *stream.Hub
 }
 
-// NewHandler returns the service's whole HTTP handler: the API under /api/v1,
-// /openapi.yaml, /asyncapi.yaml, and /healthz, /readyz, /metrics.
+// NewHandler returns the service's public HTTP handler: the API under
+// /api/v1, the live page, /openapi.yaml, /asyncapi.yaml, and the bare probes
+// /healthz and /readyz. What only operators may see is on NewAdminHandler's.
 func NewHandler(d Deps) (http.Handler, error) {
 	if d.Store == nil || d.Logger == nil || d.Metrics == nil {
 		return nil, errors.New("api: Store, Logger and Metrics are required")
@@ -102,9 +105,34 @@ func NewHandler(d Deps) (http.Handler, error) {
 	return r, nil
 }
 
+// NewAdminHandler returns the operators' handler, for a listener that only
+// they and Prometheus reach: /metrics, /readyz naming each failed check,
+// /healthz, and GET /api/v1/cluster (nodes, hosts, versions, the relay
+// leader, every partition's owner) when Deps.Cluster is set.
+func NewAdminHandler(d Deps) (http.Handler, error) {
+	if d.Logger == nil || d.Metrics == nil {
+		return nil, errors.New("api: Logger and Metrics are required")
+	}
+	s := &server{log: d.Logger}
+	r := chi.NewRouter()
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		return newRequestError(http.StatusNotFound, "no route for "+quoteShort(r.URL.Path))
+	}))
+	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
+	if d.Cluster != nil {
+		r.Group(func(r chi.Router) {
+			if d.RequestTimeout > 0 {
+				r.Use(deadline(d.RequestTimeout))
+			}
+			r.Get("/api/v1/cluster", s.handle(clusterView(d.Cluster)))
+		})
+	}
+	return r, nil
+}
+
 // routes registers every route that answers within the request deadline.
 func (s *server) routes(r chi.Router, d Deps) {
-	httpserver.Ops(r, d.Metrics, d.Checks, httpserver.WithLogger(d.Logger))
+	httpserver.Probes(r, d.Checks, httpserver.WithLogger(d.Logger))
 	r.Get("/openapi.yaml", yamlDoc(OpenAPI))
 	// The events this API's outbox publishes: their topics, headers and payloads.
 	r.Get("/asyncapi.yaml", yamlDoc(events.AsyncAPI()))
@@ -119,9 +147,6 @@ func (s *server) routes(r chi.Router, d Deps) {
 		r.Post("/orders", s.handle(s.createOrder))
 		r.Get("/orders/{id}", s.handle(s.getOrder))
 		r.Post("/orders/{id}/payments", s.handle(s.pay))
-		if d.Cluster != nil {
-			r.Get("/cluster", s.handle(clusterView(d.Cluster)))
-		}
 	})
 }
 

@@ -212,11 +212,19 @@ func TestOps(t *testing.T) {
 	}
 	e.do(t, "GET", "/api/v1/products/424242", "", "")
 	e.do(t, "GET", "/no/such/route", "", "")
-	m := e.do(t, "GET", "/metrics", "", "")
+	if r := e.do(t, "GET", "/metrics", "", ""); r.Status != http.StatusNotFound {
+		t.Errorf("the public handler serves /metrics: %d", r.Status)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if r := e.adminGet(t, path); r.Status != http.StatusOK {
+			t.Errorf("admin %s: %d %s", path, r.Status, r.Body)
+		}
+	}
+	m := e.adminGet(t, "/metrics")
 	for _, want := range []string{
 		`http_requests_total{method="POST",route="/api/v1/products",status="201"} 1`,
 		`http_requests_total{method="GET",route="/api/v1/products/{id}",status="404"} 1`,
-		`http_requests_total{method="GET",route="unmatched",status="404"} 1`,
+		`http_requests_total{method="GET",route="unmatched",status="404"} 2`,
 		`http_request_duration_seconds_count{method="POST",route="/api/v1/products",status="201"} 1`,
 	} {
 		if !strings.Contains(string(m.Body), want) {

@@ -62,6 +62,8 @@ type env struct {
 	db  *storetest.DB
 	st  *store.Store
 	srv *httptest.Server
+	// admin serves NewAdminHandler on the same dependencies.
+	admin *httptest.Server
 }
 
 // newEnv serves the real handler over a fresh database. with may adjust the
@@ -106,7 +108,13 @@ func newEnvStore(t testing.TB, cfg func(*storeConfig), with ...func(*api.Deps)) 
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	e := &env{url: url, db: storetest.Open(t, url), st: st, srv: srv}
+	ah, err := api.NewAdminHandler(deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := httptest.NewServer(ah)
+	t.Cleanup(admin.Close)
+	e := &env{url: url, db: storetest.Open(t, url), st: st, srv: srv, admin: admin}
 	t.Cleanup(func() { checkOutbox(t, e.db) })
 	return e
 }
@@ -165,21 +173,33 @@ func jsonHeaders(method, user, body string) http.Header {
 	return h
 }
 
+// adminGet is a GET of path on the admin handler, checked against the
+// OpenAPI document as do's are.
+func (e *env) adminGet(t *testing.T, path string) response {
+	t.Helper()
+	return e.sendTo(t, e.admin, http.MethodGet, path, http.Header{}, "")
+}
+
 // send is do with exactly the given headers.
 func (e *env) send(t *testing.T, method, path string, h http.Header, body string) response {
+	t.Helper()
+	return e.sendTo(t, e.srv, method, path, h, body)
+}
+
+func (e *env) sendTo(t *testing.T, srv *httptest.Server, method, path string, h http.Header, body string) response {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	req, err := http.NewRequest(method, srv.URL+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range h {
 		req.Header[k] = v
 	}
-	resp, err := e.srv.Client().Do(req)
+	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,9 +21,15 @@ import (
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
 
+// Addrs are the addresses Run's listeners are bound to.
+type Addrs struct {
+	HTTP  string // the API, the page, the stream
+	Admin string // /metrics, the detailed /readyz, the cluster view
+}
+
 // Run serves commerce-api until ctx ends, then shuts down gracefully. ready,
-// when not nil, receives the bound HTTP address.
-func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- string) error {
+// when not nil, receives the bound addresses once both listeners are open.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addrs) error {
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB, events.NewRegistry())
 	if err != nil {
 		return err
@@ -38,7 +45,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	member.Start(context.WithoutCancel(ctx))
 	defer member.Leave()
 	// The cluster's own series are exposed once, here, from the database.
-	reg.MustRegister(cluster.NewCollector(member.Store(), logger))
+	reg.MustRegister(cluster.NewCollector(member, logger))
 	deps := api.Deps{
 		Store:          st,
 		Logger:         logger,
@@ -69,17 +76,48 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- stri
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
 	}
+	admin, err := api.NewAdminHandler(deps)
+	if err != nil {
+		return fmt.Errorf("build admin handler: %w", err)
+	}
 	// The hub ends every open stream when ctx ends, so the server's
 	// graceful shutdown does not wait on them.
 	hubCtx, stopHub := context.WithCancel(ctx)
 	defer stopHub()
 	hubErr := make(chan error, 1)
 	go func() { hubErr <- hub.Run(hubCtx) }()
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "admin", cfg.AdminAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
 	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
-	serveErr := httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), ready)
+	// The first listener to fail stops the other.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		wg                  sync.WaitGroup
+		serveErr, adminErr  error
+		httpAddr, adminAddr = make(chan string, 1), make(chan string, 1)
+	)
+	wg.Go(func() { serveErr = httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), httpAddr); stop() })
+	wg.Go(func() {
+		adminErr = httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, admin), adminAddr)
+		stop()
+	})
+	if ready != nil {
+		go func() {
+			var a Addrs
+			for a.HTTP == "" || a.Admin == "" {
+				select {
+				case a.HTTP = <-httpAddr:
+				case a.Admin = <-adminAddr:
+				case <-ctx.Done():
+					return
+				}
+			}
+			ready <- a
+		}()
+	}
+	wg.Wait()
 	stopHub()
-	return errors.Join(serveErr, <-hubErr)
+	return errors.Join(serveErr, adminErr, <-hubErr)
 }
 
 // pageURL is the live page's address for a listen address, for the log a

@@ -14,14 +14,45 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
+// serve runs the service on cfg until cancel is called; done receives
+// Run's result.
+func serve(t *testing.T, cfg Config) (addrs Addrs, done <-chan error, cancel context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ready := make(chan Addrs, 1)
+	ch := make(chan error, 1)
+	go func() { ch <- Run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
+	select {
+	case addrs = <-ready:
+	case err := <-ch:
+		t.Fatalf("Run returned before serving: %v", err)
+	}
+	return addrs, ch, cancel
+}
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 // TestRunServesAndShutsDown starts the whole service, with the cache, and
-// checks it serves, is ready, and returns cleanly and promptly once its
-// context ends, although a client holds a stream open.
+// checks it serves the public routes on its HTTP address and the operators'
+// on its admin address only, is ready, and returns cleanly and promptly
+// once its context ends, although a client holds a stream open.
 func TestRunServesAndShutsDown(t *testing.T) {
 	t.Parallel()
 	cfg := Config{
 		DatabaseURL:     testenv.DatabaseURL(t),
 		HTTPAddr:        "127.0.0.1:0",
+		AdminAddr:       "127.0.0.1:0",
 		DB:              pg.Options{MaxConns: 4},
 		RedisURL:        testenv.RedisURL(t),
 		ProductCacheTTL: time.Second,
@@ -29,38 +60,30 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		StreamMaxClients: 10,
 		Cluster:          cluster.Defaults("api-test"),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	}
-	for _, path := range []string{"/readyz", "/api/v1/products", "/openapi.yaml", "/", "/static/app.js"} {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("%s: %d", path, resp.StatusCode)
+	addrs, done, cancel := serve(t, cfg)
+	public, admin := "http://"+addrs.HTTP, "http://"+addrs.Admin
+	for _, path := range []string{"/healthz", "/readyz", "/api/v1/products", "/openapi.yaml", "/", "/static/app.js"} {
+		if code, _ := get(t, public+path); code != http.StatusOK {
+			t.Errorf("public %s: %d", path, code)
 		}
 	}
-	metrics, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	for _, path := range []string{"/metrics", "/api/v1/cluster"} {
+		if code, _ := get(t, public+path); code != http.StatusNotFound {
+			t.Errorf("public %s: %d, want 404 (it is the admin listener's)", path, code)
+		}
 	}
-	body, _ := io.ReadAll(metrics.Body)
-	metrics.Body.Close()
-	if !strings.Contains(string(body), "\ncommerce_api_pg_notify_queue_usage 0\n") {
-		t.Errorf("/metrics has no commerce_api_pg_notify_queue_usage of 0:\n%s", body)
+	for _, path := range []string{"/healthz", "/readyz", "/api/v1/cluster"} {
+		if code, body := get(t, admin+path); code != http.StatusOK {
+			t.Errorf("admin %s: %d %s", path, code, body)
+		}
 	}
-	resp, err := http.Get("http://" + addr + "/api/v1/stream")
+	if _, body := get(t, admin+"/metrics"); !strings.Contains(body, "\ncommerce_api_pg_notify_queue_usage 0\n") {
+		t.Errorf("admin /metrics has no commerce_api_pg_notify_queue_usage of 0:\n%s", body)
+	}
+	if code, _ := get(t, admin+"/api/v1/products"); code != http.StatusNotFound {
+		t.Errorf("admin /api/v1/products: %d, want 404 (the API is public)", code)
+	}
+	resp, err := http.Get(public + "/api/v1/stream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +113,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 
 func TestRunFailsWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", DB: pg.Options{MaxConns: 1}, ProductCacheTTL: time.Second}
+	cfg := Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", HTTPAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", DB: pg.Options{MaxConns: 1}, ProductCacheTTL: time.Second}
 	if err := Run(context.Background(), cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 		t.Error("Run with an unreachable database returned nil")
 	}

@@ -9,10 +9,18 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
+// DefaultAdminAddr is ADMIN_ADDR's default: loopback, so a bare binary
+// shows its operators' endpoints to its own host only.
+const DefaultAdminAddr = "127.0.0.1:8090"
+
 // Config is commerce-api's configuration, read from the environment.
 type Config struct {
 	DatabaseURL string // DATABASE_URL, required
-	HTTPAddr    string // HTTP_ADDR, default :8080
+	HTTPAddr    string // HTTP_ADDR, default :8080: the API, the page, the stream
+	// AdminAddr (ADMIN_ADDR, default 127.0.0.1:8090) serves /metrics, the
+	// detailed /readyz and GET /api/v1/cluster: operators only, so loopback
+	// unless a deployment opens it to its own network.
+	AdminAddr string
 	// DB: DB_MAX_CONNS (default 20) and DB_STATEMENT_TIMEOUT (default 3s,
 	// a backstop under the request deadline).
 	DB pg.Options
@@ -33,6 +41,7 @@ func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL: l.URL("DATABASE_URL", "postgres", "postgresql"),
 		HTTPAddr:    l.String("HTTP_ADDR", ":8080"),
+		AdminAddr:   l.String("ADMIN_ADDR", DefaultAdminAddr),
 		// A request's statements are short; one running for seconds is
 		// stuck and holds a pool connection from the others.
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),

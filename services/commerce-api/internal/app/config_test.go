@@ -22,11 +22,11 @@ func TestLoadConfig(t *testing.T) {
 		wantErr []string // variables the error must name
 	}{
 		{"defaults", map[string]string{"DATABASE_URL": db},
-			Config{DatabaseURL: db, HTTPAddr: ":8080", DB: pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}, ProductCacheTTL: 30 * time.Second,
+			Config{DatabaseURL: db, HTTPAddr: ":8080", AdminAddr: "127.0.0.1:8090", DB: pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}, ProductCacheTTL: 30 * time.Second,
 				RequestTimeout: 5 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
-		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "DB_MAX_CONNS": "64",
+		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "ADMIN_ADDR": ":9001", "DB_MAX_CONNS": "64",
 			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s", "REQUEST_TIMEOUT": "2s", "DB_STATEMENT_TIMEOUT": "1500ms", "STREAM_MAX_CLIENTS": "7"},
-			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", DB: pg.Options{MaxConns: 64, StatementTimeout: 1500 * time.Millisecond},
+			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", AdminAddr: ":9001", DB: pg.Options{MaxConns: 64, StatementTimeout: 1500 * time.Millisecond},
 				RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, RequestTimeout: 2 * time.Second, StreamMaxClients: 7,
 				Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
 		{"missing database", map[string]string{}, Config{}, []string{"DATABASE_URL"}},

@@ -2,9 +2,8 @@ package app
 
 import (
 	"bufio"
-	"context"
-	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,7 @@ import (
 // while an ordinary request still has its deadline.
 func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "REDIS_URL": testenv.RedisURL(t), "HTTP_ADDR": "127.0.0.1:0"}
+	env := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "REDIS_URL": testenv.RedisURL(t), "HTTP_ADDR": "127.0.0.1:0", "ADMIN_ADDR": "127.0.0.1:0"}
 	cfg, err := config.Parse(config.FromMap(env), Load)
 	if err != nil {
 		t.Fatal(err)
@@ -27,23 +26,14 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	if cfg.RequestTimeout <= 0 {
 		t.Fatalf("the shipped REQUEST_TIMEOUT is %v; this test needs one", cfg.RequestTimeout)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg, slog.New(slog.DiscardHandler), ready) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	}
+	addrs, done, cancel := serve(t, cfg)
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	addr := addrs.HTTP
 
 	resp, err := http.Get("http://" + addr + "/api/v1/stream")
 	if err != nil {
@@ -59,8 +49,12 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 			lines <- sc.Text()
 		}
 	}()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
 	start, last := time.Now(), time.Now()
-	summaries := 0
+	summaries, inSummary, counted := 0, false, false
 	var longest time.Duration
 	for time.Since(start) < hold {
 		select {
@@ -74,9 +68,23 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 				longest = max(longest, time.Since(last))
 				last = time.Now()
 			}
+			// The public summary names no host, node or address: those are
+			// the admin listener's cluster view.
+			if data, ok := strings.CutPrefix(line, "data: "); ok && inSummary {
+				for _, secret := range []string{host, cfg.Cluster.NodeID, "127.0.0.1"} {
+					if strings.Contains(data, secret) {
+						t.Errorf("a public summary tells %q: %s", secret, data)
+					}
+				}
+				counted = counted || strings.Contains(data, `"nodes":[{"service":"commerce-api","status":"ALIVE"`)
+			}
+			inSummary = line == "event: summary" || inSummary && strings.HasPrefix(line, "id: ")
 		case <-time.After(5 * time.Second):
 			t.Fatalf("nothing on the stream for 5 s after %v", time.Since(start).Round(time.Millisecond))
 		}
+	}
+	if !counted {
+		t.Error("no summary showed this node alive")
 	}
 	t.Logf("stream held %v (REQUEST_TIMEOUT %v): %d summaries, longest gap %v", hold, cfg.RequestTimeout, summaries, longest.Round(time.Millisecond))
 	// A summary a second (the shipped SummaryEvery), a little slack for a

@@ -428,7 +428,8 @@ func TestShutdownEndsStreams(t *testing.T) {
 }
 
 // TestSummarize: the cluster view is reduced to the nodes that have not
-// left and, per group, the owned partitions and their total lag.
+// left, without their ids (a host or pod name), and, per group, the owned
+// partitions and their total lag.
 func TestSummarize(t *testing.T) {
 	lag := func(n int64) *int64 { return &n }
 	released := time.Now()
@@ -447,8 +448,8 @@ func TestSummarize(t *testing.T) {
 	}
 	want := stream.ClusterSummary{
 		Nodes: []stream.Node{
-			{ID: "api-1", Service: "commerce-api", Status: "ALIVE", Alive: true},
-			{ID: "relay-1", Service: "outbox-relay", Status: "SUSPECT"},
+			{Service: "commerce-api", Status: "ALIVE", Alive: true},
+			{Service: "outbox-relay", Status: "SUSPECT"},
 		},
 		Groups: []stream.Group{{Name: "product-likes", Lag: 7, Partitions: 3, DeadLetters: lag(3)}},
 	}

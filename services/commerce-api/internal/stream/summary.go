@@ -24,9 +24,10 @@ type ClusterSummary struct {
 	Groups []Group `json:"groups"`
 }
 
-// Node is one registered service instance.
+// Node is one registered service instance, anonymous: the stream is
+// public, and a node's id carries its host or pod name (the admin
+// listener's cluster view names it).
 type Node struct {
-	ID      string `json:"id"`
 	Service string `json:"service"`
 	Status  string `json:"status"` // ALIVE, SUSPECT or DOWN
 	Alive   bool   `json:"alive"`
@@ -141,7 +142,7 @@ func Summarize(v cluster.View) ClusterSummary {
 		if n.Status == "LEFT" {
 			continue
 		}
-		s.Nodes = append(s.Nodes, Node{ID: n.ID, Service: n.Service, Status: n.Status, Alive: n.Status == "ALIVE"})
+		s.Nodes = append(s.Nodes, Node{Service: n.Service, Status: n.Status, Alive: n.Status == "ALIVE"})
 	}
 	for _, g := range v.Groups {
 		out := Group{Name: g.Group}
@@ -168,8 +169,10 @@ type Summary struct {
 	OutboxBacklog       int64     `json:"outboxBacklog"`
 	OldestUnpublishedMs int64     `json:"oldestUnpublishedMs"`
 	OutboxFailed        int64     `json:"outboxFailed"`
-	Leader              string    `json:"leader"` // "" when no relay holds the lease
-	LeaderToken         int64     `json:"leaderToken"`
+	// RelayLeader says whether a relay holds the lease; which one (its node
+	// id names its host) is for the admin listener's cluster view.
+	RelayLeader bool  `json:"relayLeader"`
+	LeaderToken int64 `json:"leaderToken"`
 	// EventsPerSec is the rate of order and view events applied to the
 	// aggregates (likes keep no idempotency row to count).
 	EventsPerSec float64 `json:"eventsPerSec"`
@@ -189,7 +192,7 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 	}
 	s := Summary{
 		At: time.Now().UTC(), OutboxBacklog: p.OutboxBacklog, OldestUnpublishedMs: p.OldestUnpublished.Milliseconds(),
-		OutboxFailed: p.OutboxFailed, Leader: p.Leader, LeaderToken: p.LeaderToken,
+		OutboxFailed: p.OutboxFailed, RelayLeader: p.Leader != "", LeaderToken: p.LeaderToken,
 		EventsPerSec: p.AppliedPerSec, Streams: h.Open(),
 	}
 	if p.E2ELagAvg != nil && p.E2ELagMax != nil {

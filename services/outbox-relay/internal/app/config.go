@@ -34,7 +34,7 @@ func Load(l *config.Loader) Config {
 		DatabaseURL: l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:          pg.LoadOptions(l, pg.Options{MaxConns: 4}),
 		Brokers:     brokers(l),
-		AdminAddr:   l.String("ADMIN_ADDR", ":8081"),
+		AdminAddr:   l.String("ADMIN_ADDR", "127.0.0.1:8081"), // loopback: operators only
 		Relay: relay.Config{
 			NodeID:        l.Computed("OUTBOX_RELAY_NODE_ID", "defaultNodeID()", cluster.DefaultNodeID),
 			BatchSize:     l.PositiveInt("OUTBOX_RELAY_BATCH_SIZE", 100),

@@ -188,6 +188,9 @@ func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg promethe
 	r, err := reclaim.New(reclaim.Config{
 		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: reclaim.Group,
 		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
+		// The consumers' own horizon: what they would skip is parked as
+		// expired, not re-driven.
+		Horizon: cfg.HandledRetention - cfg.HorizonMargin, HorizonTopics: reclaim.HorizonTopics,
 		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc, Lock: lock,
 	})
 	if err != nil {

@@ -53,6 +53,8 @@ func TestLoadConfig(t *testing.T) {
 		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
 		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
 		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
+		{"dynamic membership", with("CONSUMER_STATIC_MEMBERSHIP", "false"), ""},
+		{"bad membership switch", with("CONSUMER_STATIC_MEMBERSHIP", "sometimes"), `CONSUMER_STATIC_MEMBERSHIP: must be true or false, got "sometimes"`},
 		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 	}
@@ -65,7 +67,7 @@ func TestLoadConfig(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := app.Config{DatabaseURL: "postgres://h/db", DB: pg.Options{MaxConns: 16, StatementTimeout: 30 * time.Second}, KafkaBrokers: []string{"a:9092", "b:9092"},
-					RedisURL: "redis://h:6379/0", AdminAddr: ":8082", Consumers: []string{"like", "order", "view", "stock"},
+					RedisURL: "redis://h:6379/0", AdminAddr: "127.0.0.1:8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
 					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
@@ -73,6 +75,9 @@ func TestLoadConfig(t *testing.T) {
 					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
+				}
+				if tc.env["CONSUMER_STATIC_MEMBERSHIP"] == "false" {
+					want.InstanceID = "" // a dynamic member
 				}
 				if diff := cmp.Diff(want, cfg); diff != "" {
 					t.Errorf("config mismatch (-want +got):\n%s", diff)

@@ -48,7 +48,7 @@ func Load(l *config.Loader) Config {
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 16}),
 		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
-		AdminAddr:        l.String("ADMIN_ADDR", ":8082"),
+		AdminAddr:        l.String("ADMIN_ADDR", "127.0.0.1:8082"), // loopback: operators only
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
 		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),
 		InstanceID:       l.Computed("CONSUMER_INSTANCE_ID", "defaultInstanceID()", defaultInstanceID),
@@ -80,13 +80,24 @@ func Load(l *config.Loader) Config {
 	if !validInstanceID(c.InstanceID) {
 		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
 	}
+	// Where identities do not survive a restart (a Deployment's pods get new
+	// names), a static member that does not come back holds its partitions
+	// idle for the session timeout at every rollout: turn it off there.
+	static := l.String("CONSUMER_STATIC_MEMBERSHIP", "true")
+	if on, err := strconv.ParseBool(static); err != nil {
+		l.Fail("CONSUMER_STATIC_MEMBERSHIP", "must be true or false, got %q", static)
+	} else if !on {
+		c.InstanceID = ""
+	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
 	return c
 }
 
 // defaultInstanceID is the host name, which is stable per replica where
 // static membership pays off (a StatefulSet pod keeps its name across
-// restarts). Two instances on one host must set CONSUMER_INSTANCE_ID apart.
+// restarts and rollouts; a Deployment's pod does not, so there
+// CONSUMER_STATIC_MEMBERSHIP=false). Two instances on one host must set
+// CONSUMER_INSTANCE_ID apart.
 func defaultInstanceID() string {
 	h, err := os.Hostname()
 	if err != nil || !validInstanceID(h) {

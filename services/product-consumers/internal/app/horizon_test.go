@@ -10,8 +10,10 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
 
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -32,6 +34,7 @@ func TestIdempotencyHorizon(t *testing.T) {
 		f.messageAt(t, "product-events", event(events.ProductViewedV1{ProductID: 1}), uuid.NewString(), old),
 		f.message(t, "product-events", event(events.ProductViewedV1{ProductID: 1}), uuid.NewString()),
 		f.messageAt(t, "like-events", event(events.LikeCreatedV1{UserID: "u1", ProductID: 1}), uuid.NewString(), old),
+		f.messageAt(t, "stock-events", event(events.StockDepletedV1{ProductID: 1}), uuid.NewString(), old),
 	}
 	if err := f.producer.SendMessages(msgs); err != nil {
 		t.Fatal(err)
@@ -63,6 +66,18 @@ func TestIdempotencyHorizon(t *testing.T) {
 		if !strings.Contains(string(body), series) {
 			t.Errorf("/metrics lacks %s", series)
 		}
+	}
+	// The re-drivers park what the consumers would skip: their list of
+	// topics with a horizon must be exactly the consumers' that skip.
+	topicOf := map[string]string{"order": "order-events", "view": "product-events", "like": "like-events", "stock": "stock-events"}
+	var skipping []string
+	for name, topic := range topicOf {
+		if strings.Contains(string(body), `product_consumer_events_total{consumer="`+name+`",outcome="expired"}`) {
+			skipping = append(skipping, topic)
+		}
+	}
+	if diff := cmp.Diff(reclaim.HorizonTopics, skipping, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("reclaim.HorizonTopics differs from the topics whose consumers skip old events (-reclaim +consumers):\n%s", diff)
 	}
 	stop()
 	if err := <-done; err != nil {

@@ -123,7 +123,7 @@ function ms(n) { return n == null ? "–" : n < 1000 ? `${n} ms` : `${(n / 1000)
 function showSummary(s) {
   $("s-backlog").textContent = s.outboxBacklog;
   $("s-oldest").textContent = s.outboxBacklog ? ms(s.oldestUnpublishedMs) : "–";
-  $("s-leader").textContent = s.leader ? `${s.leader} (term ${s.leaderToken})` : "none";
+  $("s-leader").textContent = s.relayLeader ? `elected (term ${s.leaderToken})` : "none";
   $("s-failed").textContent = s.outboxFailed;
   $("s-streams").textContent = s.streams;
   const c = s.cluster;
