@@ -56,7 +56,7 @@ func TestBatchLimits(t *testing.T) {
 			}
 			e := engine.NewBatch(run, func([]engine.Completion) {}, tt.opt)
 			for i, s := range tt.sizes {
-				if err := e.Submit(engine.Task{Offset: int64(i), Size: s}); err != nil {
+				if err := e.Submit(engine.Task{Payload: i, Size: s}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -78,22 +78,22 @@ func TestBatchLimits(t *testing.T) {
 // new task must still run while the blocked one waits.
 func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 	release := make(chan struct{})
-	done := make(chan int64, 100)
+	done := make(chan int, 100)
 	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
-		if ts[0].Offset == 0 {
+		if ts[0].Payload == 0 {
 			<-release
 		}
 		return nil
 	}, func(cs []engine.Completion) {
 		for _, c := range cs {
-			done <- c.Task.Offset
+			done <- c.Task.Payload.(int)
 		}
 	}, 3, 0)
-	if err := e.Submit(engine.Task{Offset: 0}); err != nil {
+	if err := e.Submit(engine.Task{Payload: 0}); err != nil {
 		t.Fatal(err)
 	}
-	for i := int64(1); i <= 50; i++ {
-		if err := e.Submit(engine.Task{Offset: i}); err != nil {
+	for i := 1; i <= 50; i++ {
+		if err := e.Submit(engine.Task{Payload: i}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -122,7 +122,7 @@ func TestBatchAlone(t *testing.T) {
 	run := func(_ context.Context, ts []engine.Task) []error {
 		b := make([]int64, len(ts))
 		for i, tk := range ts {
-			b[i] = tk.Offset
+			b[i] = tk.Payload.(int64)
 		}
 		mu.Lock()
 		got = append(got, b)
@@ -132,7 +132,7 @@ func TestBatchAlone(t *testing.T) {
 	e := engine.NewBatch(run, func([]engine.Completion) {}, engine.BatchOptions{MaxRecords: 10, MaxBytes: 1000, MaxWait: time.Hour, Concurrency: 1})
 	alone := map[int64]bool{2: true, 3: true, 6: true}
 	for i := range int64(8) {
-		if err := e.Submit(engine.Task{Offset: i, Size: 1, Alone: alone[i]}); err != nil {
+		if err := e.Submit(engine.Task{Payload: i, Size: 1, Alone: alone[i]}); err != nil {
 			t.Fatal(err)
 		}
 	}
