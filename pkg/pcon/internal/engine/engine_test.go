@@ -15,9 +15,24 @@ import (
 )
 
 func TestPerRecordContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
-		return engine.NewPerRecord(run, sink, capacity, timeout)
-	}, enginetest.Options{})
+	// Which mode the engine picks depends on how fast the handlers are;
+	// each mode must meet the contract on its own.
+	for _, mode := range []struct {
+		name string
+		mode engine.Mode
+	}{
+		{"adaptive", engine.Adaptive},
+		{"shared workers", engine.Shared},
+		{"a worker per task", engine.Dedicated},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+				e := engine.NewPerRecord(run, sink, capacity, timeout)
+				e.SetMode(mode.mode)
+				return e
+			}, enginetest.Options{})
+		})
+	}
 }
 
 func TestBatchContract(t *testing.T) {
@@ -142,5 +157,74 @@ func TestBatchAlone(t *testing.T) {
 	want := [][]int64{{0, 1}, {2}, {3}, {4, 5}, {6}, {7}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("batches (-want +got):\n%s", diff)
+	}
+}
+
+// TestPerRecordFastStall: with fast handlers tasks share workers, so a call
+// that blocks has tasks queued behind it. They must still run, and the
+// completions of the tasks run before it must still be delivered, while it
+// blocks.
+func TestPerRecordFastStall(t *testing.T) {
+	const n, stuck = 200, 5
+	release := make(chan struct{})
+	var mu sync.Mutex
+	got := map[int]int{}
+	more := make(chan struct{}, 1)
+	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
+		if ts[0].Payload == stuck {
+			<-release
+		}
+		return nil
+	}, func(cs []engine.Completion) {
+		mu.Lock()
+		for _, c := range cs {
+			got[c.Task.Payload.(int)]++
+		}
+		mu.Unlock()
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+	}, n, 0)
+	e.SetMode(engine.Shared)
+	tasks := make([]engine.Task, n)
+	for i := range tasks {
+		tasks[i] = engine.Task{Payload: i}
+	}
+	if err := e.Submit(tasks...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(want int) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			mu.Lock()
+			k := len(got)
+			mu.Unlock()
+			if k >= want {
+				return
+			}
+			select {
+			case <-more:
+			case <-deadline:
+				t.Fatalf("%d of %d tasks completed", k, want)
+			}
+		}
+	}
+	waitFor(n - 1)
+	mu.Lock()
+	if _, ok := got[stuck]; ok {
+		t.Fatal("the blocked task completed before it was released")
+	}
+	mu.Unlock()
+	close(release)
+	waitFor(n)
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for off, k := range got {
+		if k != 1 {
+			t.Errorf("task %d completed %d times", off, k)
+		}
 	}
 }
