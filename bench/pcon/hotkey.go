@@ -98,7 +98,7 @@ func (b *bench) batch(topic string, n, maxRun int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return measure(prog, c.Run)
+	return measure("pcon", prog, c.Run)
 }
 
 // sampleHeap collects garbage, reads the Go heap, then samples it every

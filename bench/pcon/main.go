@@ -46,6 +46,7 @@ type options struct {
 	cpuProfile    string
 	mutexProfile  string
 	rounds        int
+	latencies     []time.Duration // handler latencies of the main table's rows
 }
 
 func main() {
@@ -71,8 +72,16 @@ func run(out io.Writer, args []string) error {
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile taken at the memory scenario's peak to this file")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "write a mutex contention profile of the whole run to this file")
+	latencies := fs.String("latencies", "0,1ms,5ms", "handler latencies of the main table's rows (comma-separated; 0 is the no-op row), to profile one row alone")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, s := range splitComma(*latencies) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("-latencies: %w", err)
+		}
+		o.latencies = append(o.latencies, d)
 	}
 	if o.mutexProfile != "" {
 		runtime.SetMutexProfileFraction(5)
@@ -114,31 +123,32 @@ func run(out io.Writer, args []string) error {
 		o.keys, runtime.GOMAXPROCS(0), o.maxInFlight, o.noopInFlight)
 	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "scenario\tpcon rec/s\tbaseline\tbaseline rec/s\tratio\ttarget\t")
-	for _, sc := range []struct {
-		lat    time.Duration
-		target func(p, s float64) string
-	}{
-		{0, func(p, s float64) string { return verdict(p/s >= 0.6, "pcon >= 60% of baseline") }},
-		{time.Millisecond, func(p, s float64) string { return verdict(p >= 150_000, ">= 150,000 rec/s") }},
-		{5 * time.Millisecond, func(float64, float64) string { return "" }},
-	} {
+	targets := map[time.Duration]func(p, s float64) string{
+		0:                func(p, s float64) string { return verdict(p/s >= 0.6, "pcon >= 60% of baseline") },
+		time.Millisecond: func(p, s float64) string { return verdict(p >= 150_000, ">= 150,000 rec/s") },
+	}
+	for _, lat := range o.latencies {
+		target := targets[lat]
+		if target == nil {
+			target = func(float64, float64) string { return "" }
+		}
 		baseName, n := "sarama group, sequential per partition", o.slowRecords
-		if sc.lat == 0 {
+		if lat == 0 {
 			baseName, n = "sarama group, no-op", o.records
 		}
 		var p, s float64
 		for range o.rounds {
-			pr, err := b.pcon("bench", o.records, sc.lat)
+			pr, err := b.pcon("bench", o.records, lat)
 			if err != nil {
 				return err
 			}
-			sr, err := b.sarama("bench", n, sc.lat)
+			sr, err := b.sarama("bench", n, lat)
 			if err != nil {
 				return err
 			}
 			p, s = max(p, pr), max(s, sr)
 		}
-		fmt.Fprintf(tw, "handler %v\t%.0f\t%s\t%.0f\t%.2fx\t%s\t\n", sc.lat, p, baseName, s, p/s, sc.target(p, s))
+		fmt.Fprintf(tw, "handler %v\t%.0f\t%s\t%.0f\t%.2fx\t%s\t\n", lat, p, baseName, s, p/s, target(p, s))
 	}
 	tw.Flush()
 	if o.hotRecords > 0 {
@@ -207,7 +217,7 @@ func (b *bench) pcon(topic string, n int, lat time.Duration) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return measure(prog, c.Run)
+	return measure("pcon", prog, c.Run)
 }
 
 // progress counts handled records. The clock starts at the first record,
@@ -237,10 +247,13 @@ func (p *progress) addN(k int) {
 }
 
 // measure runs consume until every record is handled and returns the rate.
-func measure(p *progress, consume func(context.Context) error) (float64, error) {
+// consume's goroutines carry the profiler label side=side, so that
+// `go tool pprof -tagfocus side=pcon` shows one side without the
+// in-process broker.
+func measure(side string, p *progress, consume func(context.Context) error) (float64, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- consume(ctx) }()
+	go pprof.Do(ctx, pprof.Labels("side", side), func(ctx context.Context) { errc <- consume(ctx) })
 	select {
 	case <-p.finished:
 	case err := <-errc:
@@ -275,13 +288,14 @@ func (h seqHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.
 }
 
 func (b *bench) sarama(topic string, n int, lat time.Duration) (float64, error) {
-	g, err := sarama.NewConsumerGroup(b.o.brokers, b.group(), b.saramaConfig())
-	if err != nil {
-		return 0, err
-	}
-	defer g.Close()
 	h := seqHandler{lat: lat, prog: newProgress(n)}
-	return measure(h.prog, func(ctx context.Context) error {
+	return measure("baseline", h.prog, func(ctx context.Context) error {
+		// Created here so that its goroutines carry the profiler label.
+		g, err := sarama.NewConsumerGroup(b.o.brokers, b.group(), b.saramaConfig())
+		if err != nil {
+			return err
+		}
+		defer g.Close()
 		for ctx.Err() == nil {
 			if err := g.Consume(ctx, []string{topic}, h); err != nil {
 				return err

@@ -3,7 +3,8 @@
 //
 //  1. drain: 100,000 outbox rows committed at once, published by the relay,
 //     against a raw sarama async producer (same settings) sending the same
-//     100,000 records;
+//     100,000 records; the machine is shared, so both run -rounds times,
+//     alternating, and the fastest run of each is reported;
 //  2. latency: commit of an outbox row to its record being readable in
 //     Kafka, at 500 rows/s, woken by NOTIFY.
 //
@@ -51,6 +52,7 @@ type options struct {
 	rate       int
 	duration   time.Duration
 	keep       bool
+	rounds     int
 }
 
 func main() {
@@ -60,6 +62,7 @@ func main() {
 	flag.IntVar(&o.rate, "rate", 500, "rows per second for the latency run")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the relay logs")
+	flag.IntVar(&o.rounds, "rounds", 3, "drain runs of each side, alternating; the fastest of each is reported (the machine is shared)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -93,13 +96,17 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
-	baseline, baselineMapped, err := rawProducer(ctx, reg, payloads)
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
-	}
-	drain, err := drainRun(ctx, reg, bin, tmp, o, payloads)
-	if err != nil {
-		return fmt.Errorf("drain: %w", err)
+	var baseline, baselineMapped, drain time.Duration
+	for range max(1, o.rounds) {
+		b, bm, err := rawProducer(ctx, reg, payloads)
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		d, err := drainRun(ctx, reg, bin, tmp, o, payloads)
+		if err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+		baseline, baselineMapped, drain = fastest(baseline, b), fastest(baselineMapped, bm), fastest(drain, d)
 	}
 	lat, err := latencyRun(ctx, reg, bin, tmp, o)
 	if err != nil {
@@ -116,18 +123,26 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return "MISSED"
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "relay benchmark\t(%d rows; drain batch size %d; latency at %d rows/s for %s, %d samples)\n", o.rows, o.drainBatch, o.rate, o.duration, lat.n)
+	fmt.Fprintf(w, "relay benchmark\t(%d rows; drain batch size %d, fastest of %d runs each; latency at %d rows/s for %s, %d samples)\n", o.rows, o.drainBatch, max(1, o.rounds), o.rate, o.duration, lat.n)
 	fmt.Fprintln(w, "metric\toutbox-relay\tbaseline: raw sarama async producer\tratio\ttarget\tresult")
 	fmt.Fprintf(w, "drain %d rows (events/s)\t%.0f (%s)\t%.0f (%s)\t%.2f\t≥ 50000 events/s and ≥ 0.50 × baseline\t%s\n",
 		o.rows, drainRate, drain.Round(time.Millisecond), baseRate, baseline.Round(time.Millisecond), ratio,
 		verdict(drainRate >= 50_000 && ratio >= 0.5))
 	mappedRate := float64(o.rows) / baselineMapped.Seconds()
-	fmt.Fprintf(w, "  same, baseline incl. CloudEvents mapping\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
+	fmt.Fprintf(w, "  same, baseline incl. the SDK's CloudEvents mapping\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
 		drainRate, drain.Round(time.Millisecond), mappedRate, baselineMapped.Round(time.Millisecond), drainRate/mappedRate)
 	fmt.Fprintf(w, "commit → Kafka latency p50\t%s\t-\t-\t-\t-\n", lat.p50.Round(10*time.Microsecond))
 	fmt.Fprintf(w, "commit → Kafka latency p99\t%s\t-\t-\t≤ 50ms\t%s\n", lat.p99.Round(10*time.Microsecond), verdict(lat.p99 <= 50*time.Millisecond))
 	fmt.Fprintf(w, "commit → Kafka latency max\t%s\t-\t-\t-\t-\n", lat.max.Round(10*time.Microsecond))
 	return w.Flush()
+}
+
+// fastest returns the shorter of two durations, a zero one counting as none.
+func fastest(a, b time.Duration) time.Duration {
+	if a == 0 {
+		return b
+	}
+	return min(a, b)
 }
 
 // payload is one event as the outbox stores it.

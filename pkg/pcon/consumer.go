@@ -63,6 +63,9 @@ type Consumer struct {
 	engine  engine.Engine
 	pause   pauser
 	log     *slog.Logger
+	// rawKey: the key is the record key (the default resolver), which the
+	// control plane can take as bytes.
+	rawKey bool
 
 	producer atomic.Pointer[sarama.SyncProducer]
 
@@ -82,9 +85,10 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	if h == nil || isNilHandler(h) {
 		return nil, &ConfigError{Field: "handler", Reason: "must not be nil"}
 	}
+	rawKey := cfg.KeyResolver == nil
 	cfg = cfg.withDefaults()
 	c := &Consumer{
-		cfg: cfg, handler: h, log: cfg.Logger,
+		cfg: cfg, handler: h, log: cfg.Logger, rawKey: rawKey,
 		done: make(chan struct{}),
 	}
 	ordering := map[Ordering]core.Ordering{KeyOrder: core.ByKey, PartitionOrder: core.ByPartition, Unordered: core.None}

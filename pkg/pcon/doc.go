@@ -113,10 +113,11 @@
 //   - New starts nothing. Run starts sarama's goroutines and pcon's own: one
 //     per claimed partition (feeding records), one committer per group
 //     session, handler goroutines (for a RecordHandler, workers started on
-//     demand, at most MaxInFlight, kept until shutdown; for a BatchHandler,
-//     at most Batch.Concurrency, each taking batches while there are any),
-//     and one per record being dead-lettered. All have exited when Run
-//     returns.
+//     demand, at most MaxInFlight, kept until shutdown, of which at most
+//     GOMAXPROCS run records while handler calls are fast, with a timer
+//     watching for a call that blocks; for a BatchHandler, at most
+//     Batch.Concurrency, each taking batches while there are any), and one
+//     per record being dead-lettered. All have exited when Run returns.
 //   - Config.OnAssigned and OnRevoked run on the partition's own goroutine,
 //     outside pcon's locks, concurrently for different partitions.
 //   - Handlers run concurrently with each other: the same handler value is

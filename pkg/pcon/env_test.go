@@ -125,13 +125,25 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// forEachEngineMode runs test under each way a RecordHandler's records
+// reach workers: the adaptive default, and workers shared among records,
+// which fast handlers get, whatever test's handlers take. test passes mode
+// to start.
+func forEachEngineMode(t *testing.T, test func(t *testing.T, mode func(*pcon.Consumer))) {
+	t.Run("adaptive", func(t *testing.T) { test(t, func(*pcon.Consumer) {}) })
+	t.Run("shared workers", func(t *testing.T) { test(t, pcon.ShareWorkers) })
+}
+
 // start runs a consumer until the returned stop is called; stop reports
-// Run's error.
-func start(t *testing.T, cfg pcon.Config, h pcon.Handler) (c *pcon.Consumer, stop func()) {
+// Run's error. Each of opts is applied to the consumer before it runs.
+func start(t *testing.T, cfg pcon.Config, h pcon.Handler, opts ...func(*pcon.Consumer)) (c *pcon.Consumer, stop func()) {
 	t.Helper()
 	c, err := pcon.New(cfg, h)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, o := range opts {
+		o(c)
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(context.Background()) }()

@@ -38,7 +38,9 @@ func (e *env) observeCommits(group string, chk *orderChecker) *kfake.FaultHandle
 	})
 }
 
-func TestRebalanceStorm(t *testing.T) {
+func TestRebalanceStorm(t *testing.T) { forEachEngineMode(t, testRebalanceStorm) }
+
+func testRebalanceStorm(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
 	recs := e.produce(100_000, keyMod(1000))
 	chk := newOrderChecker(recs)
@@ -55,7 +57,7 @@ func TestRebalanceStorm(t *testing.T) {
 	cfg := e.config(group)
 	cfg.MaxInFlight = 300
 	members := storm(24, func() time.Duration { return 50*time.Millisecond + rand.N(150*time.Millisecond) },
-		func() func() { _, stop := start(t, cfg, handler); return stop }, nil)
+		func() func() { _, stop := start(t, cfg, handler, mode); return stop }, nil)
 	handledDuringStorm := chk.completed()
 	t.Logf("%d of %d records completed when the storm ended", handledDuringStorm, len(recs))
 	e.waitCommitted(group, endOffsets(recs))
@@ -144,7 +146,9 @@ type poison struct {
 	attempts  atomic.Int32
 }
 
-func TestPoisonRecordsDeadLettered(t *testing.T) {
+func TestPoisonRecordsDeadLettered(t *testing.T) { forEachEngineMode(t, testPoisonRecordsDeadLettered) }
+
+func testPoisonRecordsDeadLettered(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
 	recs := e.produce(3000, keyMod(50), kgo.RecordHeader{Key: "trace", Value: []byte("abc")})
 	chk := newOrderChecker(recs)
@@ -190,7 +194,7 @@ func TestPoisonRecordsDeadLettered(t *testing.T) {
 			chk.end(r)
 		}
 		return fmt.Errorf("poison attempt %d", n)
-	}))
+	}), mode)
 	e.waitCommitted(group, endOffsets(recs))
 	stats := c.Stats()
 	stop()

@@ -32,9 +32,17 @@ type Header struct {
 type Handler interface{ engineKind() string }
 
 // RecordHandler processes one record. It selects the per-record engine:
-// every record runs on its own goroutine, at most Config.MaxInFlight at a
+// every record gets a call of its own, at most Config.MaxInFlight at a
 // time. Returning an error (or panicking) fails the record; see Config for
 // retries and dead-lettering.
+//
+// While calls take long enough to wait on anything (on average 5 µs or
+// more), every record gets a goroutine of its own at once. Faster calls
+// cost less than handing a record to another goroutine, so then at most
+// GOMAXPROCS goroutines take the ready records a few at a time and run
+// them one after another. A record may then wait behind another record's
+// call, for 1 ms at most: a call still running after that has the records
+// queued behind it handed to other goroutines.
 type RecordHandler func(ctx context.Context, r *Record) error
 
 // BatchHandler processes a micro-batch. It selects the micro-batch engine,

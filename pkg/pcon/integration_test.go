@@ -38,7 +38,9 @@ func checkClean(t *testing.T, chk *orderChecker) {
 	}
 }
 
-func TestKeyOrder100k(t *testing.T) {
+func TestKeyOrder100k(t *testing.T) { forEachEngineMode(t, testKeyOrder100k) }
+
+func testKeyOrder100k(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
 	recs := e.produce(100_000, keyMod(1000))
 	chk := newOrderChecker(recs)
@@ -49,7 +51,7 @@ func TestKeyOrder100k(t *testing.T) {
 		jitter()
 		chk.end(r)
 		return nil
-	}))
+	}), mode)
 	e.waitCommitted("key-order", endOffsets(recs))
 	stop()
 	checkClean(t, chk)
@@ -58,7 +60,9 @@ func TestKeyOrder100k(t *testing.T) {
 // TestHardStopRestart stops a consumer whose final commit cannot reach the
 // broker, so the restart starts from the last periodic commit and its
 // metadata.
-func TestHardStopRestart(t *testing.T) {
+func TestHardStopRestart(t *testing.T) { forEachEngineMode(t, testHardStopRestart) }
+
+func testHardStopRestart(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(200))
 	chk := newOrderChecker(recs)
@@ -90,7 +94,7 @@ func TestHardStopRestart(t *testing.T) {
 		jitter()
 		chk.end(r)
 		return nil
-	}))
+	}), mode)
 	// Wait until every partition committed metadata recording work beyond
 	// its blocked offset.
 	deadline := time.Now().Add(waitLong)
@@ -134,7 +138,7 @@ func TestHardStopRestart(t *testing.T) {
 		chk.begin(r)
 		chk.end(r)
 		return nil
-	}))
+	}), mode)
 	e.waitCommitted(group, endOffsets(recs))
 	stopB()
 	checkClean(t, chk)
@@ -143,7 +147,9 @@ func TestHardStopRestart(t *testing.T) {
 // TestOrderingModesEndToEnd checks the other two orderings against the
 // broker: PartitionOrder never overlaps records of a partition and handles
 // them in offset order; Unordered handles everything.
-func TestOrderingModesEndToEnd(t *testing.T) {
+func TestOrderingModesEndToEnd(t *testing.T) { forEachEngineMode(t, testOrderingModesEndToEnd) }
+
+func testOrderingModesEndToEnd(t *testing.T, mode func(*pcon.Consumer)) {
 	tests := []struct {
 		name     string
 		ordering pcon.Ordering
@@ -178,7 +184,7 @@ func TestOrderingModesEndToEnd(t *testing.T) {
 				}
 				chk.end(r)
 				return nil
-			}))
+			}), mode)
 			e.waitCommitted(group, endOffsets(recs))
 			stop()
 			checkClean(t, chk)

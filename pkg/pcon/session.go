@@ -144,6 +144,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	if c.cfg.OnAssigned != nil {
 		c.cfg.OnAssigned(c.cfg.Group, []PartitionEvent{{Topic: tp.Topic, Partition: tp.Partition, Epoch: epoch, Offset: start}})
 	}
+	batch := make([]*sarama.ConsumerMessage, 0, fetchBatch)
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
@@ -165,20 +166,22 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				open = false
 				continue
 			}
-			items = append(items[:0], c.item(m))
+			batch = append(batch[:0], m)
 		}
 	drain:
-		for len(items) < fetchBatch {
+		for len(batch) < fetchBatch {
 			select {
 			case m, ok := <-msgs:
 				if !ok {
 					break drain
 				}
-				items = append(items, c.item(m))
+				batch = append(batch, m)
 			default:
 				break drain
 			}
 		}
+		items = c.items(items[:0], batch)
+		clear(batch)
 		open = c.feed(ctx, tp, epoch, items, claim.HighWaterMarkOffset())
 		clear(items)
 	}
@@ -214,16 +217,38 @@ func (c *Consumer) feed(ctx context.Context, tp engine.TP, epoch uint64, items [
 	return true
 }
 
-func (c *Consumer) item(m *sarama.ConsumerMessage) core.Item {
-	r := &Record{
-		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
-	}
-	if len(m.Headers) > 0 {
-		r.Headers = make([]Header, len(m.Headers))
-		for i, hd := range m.Headers {
-			r.Headers[i] = Header{Key: hd.Key, Value: hd.Value}
+// recordSlab bounds how many Records share one allocation. Allocating
+// them together saves most of a per-record allocation; a record still
+// referenced (queued behind its key, say) keeps its slab-mates' memory,
+// so slabs stay small.
+const recordSlab = 32
+
+// items appends to dst the control plane's items for msgs.
+func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage) []core.Item {
+	var slab []Record
+	for i, m := range msgs {
+		if len(slab) == 0 {
+			slab = make([]Record, min(recordSlab, len(msgs)-i))
 		}
+		r := &slab[0]
+		slab = slab[1:]
+		*r = Record{
+			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+			Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
+		}
+		if len(m.Headers) > 0 {
+			r.Headers = make([]Header, len(m.Headers))
+			for i, hd := range m.Headers {
+				r.Headers[i] = Header{Key: hd.Key, Value: hd.Value}
+			}
+		}
+		it := core.Item{Offset: m.Offset, Size: len(m.Key) + len(m.Value), Payload: r}
+		if c.rawKey {
+			it.RawKey = r.Key // nil for a record without a key: no key, as Key ""
+		} else {
+			it.Key = c.cfg.KeyResolver(r)
+		}
+		dst = append(dst, it)
 	}
-	return core.Item{Offset: m.Offset, Key: c.cfg.KeyResolver(r), Size: len(m.Key) + len(m.Value), Payload: r}
+	return dst
 }

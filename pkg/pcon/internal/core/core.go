@@ -96,8 +96,12 @@ type Deps struct {
 
 // Item is one received record as the control plane sees it.
 type Item struct {
-	Offset  int64
-	Key     string
+	Offset int64
+	Key    string
+	// RawKey, when not nil, is the key instead of Key. The control plane
+	// only looks keys up, so a caller whose key is already in bytes need
+	// not convert it for every record.
+	RawKey  []byte
 	Size    int
 	Payload any
 }
@@ -124,10 +128,13 @@ type Core struct {
 	queued   int               // received, waiting for their turn
 	waiting  int               // failed, waiting for a retry
 	paused   bool
-	outbox   []engine.Task // dispatched under the lock, submitted after it
-	buffers  sync.Pool     // of *[]engine.Task, recycled outboxes
+	outbox   *[]engine.Task // dispatched under the lock, submitted after it
+	buffers  sync.Pool      // of *[]engine.Task, recycled outboxes
 	stats    map[engine.TP]*Counters
 	latency  map[string]*Histogram
+	slab     []item        // where the next items are allocated
+	clock    time.Duration // the clock read of the current locked section
+	clockSet bool          // clock was read in the current locked section
 }
 
 // New returns a control plane.
@@ -171,7 +178,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 			hydrated = done
 		}
 	}
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	if old := c.parts[tp]; old != nil {
 		c.removeLocked(old)
@@ -193,7 +200,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 // partition until wait is closed (the key drained, or the assignment
 // ended), then add items[n:] again. Otherwise n is len(items) and wait nil.
 func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) (n int, wait <-chan struct{}) {
-	c.mu.Lock()
+	c.lock()
 	defer c.unlockAndSubmit()
 	p := c.parts[tp]
 	if p == nil || p.epoch != epoch || p.revoking {
@@ -201,11 +208,12 @@ func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) (n in
 	}
 	p.logEnd = max(p.logEnd, logEnd)
 	defer func() {
-		p.noteBlocking(c.now)
+		p.noteBlocking(c.nowLocked)
 		c.dispatchLocked()
 	}()
-	for i, in := range items {
-		l := c.laneOf(p, in.Key)
+	for i := range items {
+		in := &items[i]
+		l := c.laneOf(p, in)
 		if c.fullLocked(l) && c.cfg.Overflow == OverflowBlock {
 			p.counters.KeyBlocks++
 			p.blockedLane = l
@@ -220,21 +228,43 @@ func (c *Core) Add(tp engine.TP, epoch uint64, items []Item, logEnd int64) (n in
 			p.counters.Skipped++
 			continue
 		}
-		c.route(p, &item{off: in.Offset, size: in.Size, payload: in.Payload, p: p, lane: l})
+		it := c.newItem()
+		*it = item{off: in.Offset, size: in.Size, payload: in.Payload, p: p, lane: l}
+		c.route(p, it)
 	}
 	return len(items), nil
 }
 
-// laneOf returns the lane that orders key's records, nil when they run
+// laneOf returns the lane that orders in's records, nil when they run
 // unordered.
-func (c *Core) laneOf(p *part, key string) *lane {
+func (c *Core) laneOf(p *part, in *Item) *lane {
 	switch {
 	case c.cfg.Ordering == ByPartition:
 		return p.laneFor("")
-	case c.cfg.Ordering == ByKey && (key != "" || c.cfg.OrderEmptyKeys):
-		return p.laneFor(key)
+	case c.cfg.Ordering != ByKey:
+		return nil
+	case in.RawKey != nil:
+		if len(in.RawKey) > 0 || c.cfg.OrderEmptyKeys {
+			return p.laneForBytes(in.RawKey)
+		}
+	case in.Key != "" || c.cfg.OrderEmptyKeys:
+		return p.laneFor(in.Key)
 	}
 	return nil
+}
+
+// itemSlab is how many items share one allocation. An item still
+// referenced keeps its slab-mates' memory, so slabs stay small; settled
+// items drop their payload.
+const itemSlab = 32
+
+func (c *Core) newItem() *item {
+	if len(c.slab) == 0 {
+		c.slab = make([]item, itemSlab)
+	}
+	it := &c.slab[0]
+	c.slab = c.slab[1:]
+	return it
 }
 
 // fullLocked reports whether l's queue is at its capacity.
@@ -253,6 +283,7 @@ func (c *Core) route(p *part, it *item) {
 			p.queued--
 			c.queued--
 			p.tr.Complete(old.off)
+			old.payload = nil
 			p.completed++
 			p.counters.Dropped++
 			c.logOverflow(p, l, "pcon: key queue full, oldest record dropped", old.off, p.counters.Dropped)
@@ -290,7 +321,7 @@ func (c *Core) logOverflow(p *part, l *lane, msg string, off int64, count uint64
 }
 
 func taskOf(it *item) engine.Task {
-	return engine.Task{TP: it.p.tp, Offset: it.off, Epoch: it.p.epoch, Size: it.size, Payload: it}
+	return engine.Task{Size: it.size, Payload: it}
 }
 
 // dispatchLocked hands ready records to the engine while capacity lasts.
@@ -335,7 +366,7 @@ func (c *Core) dispatchable(p *part) bool {
 	// Tasks of an earlier assignment of the same partition may still be
 	// running; starting this assignment's records now could run two records
 	// of one key at once.
-	return !p.revoking && c.zombies[p.tp] == 0
+	return !p.revoking && (len(c.zombies) == 0 || c.zombies[p.tp] == 0)
 }
 
 // unblockLocked lets a partition blocked by a full key queue be fed again
@@ -382,14 +413,17 @@ func (c *Core) startLocked(p *part) {
 func (c *Core) emitLocked(it *item, follows bool) {
 	it.attempts++
 	if c.outbox == nil {
-		if b, ok := c.buffers.Get().(*[]engine.Task); ok {
-			c.outbox = *b
+		// The pool holds the slices' headers too, so recycling allocates
+		// nothing.
+		c.outbox, _ = c.buffers.Get().(*[]engine.Task)
+		if c.outbox == nil {
+			c.outbox = new([]engine.Task)
 		}
 	}
 	t := taskOf(it)
 	t.Follows = follows
 	t.Alone = it.attempts > 1 // a retry: see engine.Task.Alone
-	c.outbox = append(c.outbox, t)
+	*c.outbox = append(*c.outbox, t)
 	p := it.p
 	p.queued--
 	c.queued--
@@ -400,12 +434,13 @@ func (c *Core) emitLocked(it *item, follows bool) {
 // unlockAndSubmit releases the lock, then hands the tasks dispatched under
 // it to the engine.
 func (c *Core) unlockAndSubmit() {
-	tasks := c.outbox
+	buf := c.outbox
 	c.outbox = nil
 	c.mu.Unlock()
-	if len(tasks) == 0 {
+	if buf == nil {
 		return
 	}
+	tasks := *buf
 	if err := c.deps.Submit(tasks...); err != nil {
 		// Only a closed engine refuses work: the records stay incomplete
 		// and are redelivered to the partition's next owner.
@@ -414,20 +449,20 @@ func (c *Core) unlockAndSubmit() {
 	}
 	// Engines copy what they accept, so the buffer can serve again.
 	clear(tasks)
-	tasks = tasks[:0]
-	c.buffers.Put(&tasks)
+	*buf = tasks[:0]
+	c.buffers.Put(buf)
 }
 
 func (c *Core) refuse(tasks []engine.Task) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	c.closed = true
 	for _, t := range tasks {
 		it := t.Payload.(*item)
 		if !c.currentLocked(t) {
 			c.inflight--
-			if c.zombies[t.TP]--; c.zombies[t.TP] <= 0 {
-				delete(c.zombies, t.TP)
+			if c.zombies[it.p.tp]--; c.zombies[it.p.tp] <= 0 {
+				delete(c.zombies, it.p.tp)
 			}
 			continue
 		}
@@ -456,20 +491,20 @@ func (c *Core) gateLocked() {
 
 // Paused reports whether fetching is paused by backpressure.
 func (c *Core) Paused() bool {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	return c.paused
 }
 
 // Complete takes the engine's completions.
 func (c *Core) Complete(cs []engine.Completion) {
-	c.mu.Lock()
+	c.lock()
 	defer c.unlockAndSubmit()
 	for _, cp := range cs {
 		it := cp.Task.Payload.(*item)
 		it.p.latency.Observe(cp.Elapsed)
 		if !c.currentLocked(cp.Task) {
-			c.settleStaleLocked(cp.Task.TP)
+			c.settleStaleLocked(it.p.tp)
 			continue
 		}
 		it.err = cp.Err
@@ -545,7 +580,7 @@ func (c *Core) outcomeLocked(it *item) {
 }
 
 func (c *Core) retry(p *part, it *item) {
-	c.mu.Lock()
+	c.lock()
 	defer c.unlockAndSubmit()
 	if p.removed {
 		return
@@ -560,11 +595,11 @@ func (c *Core) retry(p *part, it *item) {
 }
 
 // currentLocked reports whether t belongs to the current assignment epoch
-// of its partition. The item knows its assignment, and an assignment is
-// current until removed, which saves a map lookup per completion.
+// of its partition. The item knows its assignment (a part is one epoch),
+// and an assignment is current until removed, which saves a map lookup per
+// completion.
 func (c *Core) currentLocked(t engine.Task) bool {
-	p := t.Payload.(*item).p
-	return !p.removed && p.epoch == t.Epoch
+	return !t.Payload.(*item).p.removed
 }
 
 // settleStaleLocked accounts for a task of an assignment that is gone: its
@@ -587,7 +622,7 @@ func (c *Core) settleLocked(p *part, it *item, done bool) {
 	if done {
 		p.tr.Complete(it.off)
 		p.completed++
-		p.noteBlocking(c.now)
+		p.noteBlocking(c.nowLocked)
 		if l := it.lane; l != nil {
 			if next := l.queue.pop(); next != nil {
 				p.ready.push(next)
@@ -595,6 +630,8 @@ func (c *Core) settleLocked(p *part, it *item, done bool) {
 				l.busy = false
 			}
 		}
+		// A settled item may live on in its slab; its payload need not.
+		it.payload, it.err = nil, nil
 	}
 	p.signalDrained()
 }
@@ -605,11 +642,11 @@ func (c *Core) deadLetterLocked(t engine.Task, it *item) {
 		defer c.bg.Done()
 		for failures := 1; ; failures++ {
 			err := c.deps.DeadLetter(c.ctx, it.payload, it.err, it.attempts)
-			c.mu.Lock()
+			c.lock()
 			current := c.currentLocked(t)
 			switch {
 			case !current:
-				c.settleStaleLocked(t.TP)
+				c.settleStaleLocked(it.p.tp)
 			case err == nil:
 				it.p.counters.DeadLettered++
 				c.settleLocked(it.p, it, true)
@@ -623,14 +660,14 @@ func (c *Core) deadLetterLocked(t engine.Task, it *item) {
 			}
 			c.mu.Unlock()
 			c.log.Error("pcon: dead-letter publish failed; the record stays uncommitted",
-				"topic", t.TP.Topic, "partition", t.TP.Partition, "offset", t.Offset, ErrKey, err)
+				"topic", it.p.tp.Topic, "partition", it.p.tp.Partition, "offset", it.off, ErrKey, err)
 			select {
 			case <-c.ctx.Done():
-				c.mu.Lock()
+				c.lock()
 				if c.currentLocked(t) {
 					c.settleLocked(it.p, it, false)
 				} else {
-					c.settleStaleLocked(t.TP)
+					c.settleStaleLocked(it.p.tp)
 				}
 				c.mu.Unlock()
 				return
@@ -653,7 +690,7 @@ type Commit struct {
 
 // Commits returns the committable offset of every current assignment.
 func (c *Core) Commits() []Commit {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	out := make([]Commit, 0, len(c.order))
 	for _, p := range c.order {
@@ -683,7 +720,7 @@ func (c *Core) commitLocked(p *part) Commit {
 // returned. Tasks still running after grace become stale: their results are
 // discarded, and their records are redone by the next owner.
 func (c *Core) Revoke(tp engine.TP, epoch uint64, grace time.Duration) (Commit, bool) {
-	c.mu.Lock()
+	c.lock()
 	p := c.parts[tp]
 	if p == nil || p.epoch != epoch {
 		c.mu.Unlock()
@@ -705,7 +742,7 @@ func (c *Core) Revoke(tp engine.TP, epoch uint64, grace time.Duration) (Commit, 
 		}
 		t.Stop()
 	}
-	c.mu.Lock()
+	c.lock()
 	defer c.unlockAndSubmit()
 	cm := c.commitLocked(p)
 	cm.Completed = p.completed
@@ -734,7 +771,7 @@ func (c *Core) removeLocked(p *part) {
 // SetLogEnd records a log end offset of tp's assignment epoch read while its
 // records are not being fetched (paused or blocked), so lag stays current.
 func (c *Core) SetLogEnd(tp engine.TP, epoch uint64, logEnd int64) {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	if p := c.parts[tp]; p != nil && p.epoch == epoch {
 		p.logEnd = max(p.logEnd, logEnd)
@@ -744,7 +781,7 @@ func (c *Core) SetLogEnd(tp engine.TP, epoch uint64, logEnd int64) {
 // Stalled lists the current assignments whose records are not being
 // fetched: all of them while paused, else those blocked by a full key queue.
 func (c *Core) Stalled() map[engine.TP]uint64 {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	out := map[engine.TP]uint64{}
 	for _, p := range c.order {
@@ -758,7 +795,7 @@ func (c *Core) Stalled() map[engine.TP]uint64 {
 // Close stops all dispatching and dead-letter retries. Assignments should
 // be revoked first so their offsets are committed.
 func (c *Core) Close() {
-	c.mu.Lock()
+	c.lock()
 	c.closed = true
 	c.mu.Unlock()
 	c.cancel()
@@ -767,6 +804,22 @@ func (c *Core) Close() {
 
 // now reads only the monotonic clock, which is all durations need.
 func (c *Core) now() time.Duration { return time.Since(c.base) }
+
+// lock takes the lock and starts a locked section.
+func (c *Core) lock() {
+	c.mu.Lock()
+	c.clockSet = false
+}
+
+// nowLocked reads the clock once per locked section: a section completing
+// a group of records notes the blocking offset after each, and how long an
+// offset has blocked needs no finer grain than one section.
+func (c *Core) nowLocked() time.Duration {
+	if !c.clockSet {
+		c.clock, c.clockSet = c.now(), true
+	}
+	return c.clock
+}
 
 // Payload returns the payload given to Add for the record behind t.
 func Payload(t engine.Task) any { return t.Payload.(*item).payload }

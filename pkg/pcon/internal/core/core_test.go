@@ -83,6 +83,19 @@ func (h *harness) add(tp engine.TP, epoch uint64, keyed map[int64]string, offs .
 	h.c.Add(tp, epoch, items, offs[len(offs)-1]+1)
 }
 
+// addRaw is add with the keys given as bytes, nil for no key, as a record
+// key is.
+func (h *harness) addRaw(tp engine.TP, epoch uint64, keyed map[int64]string, offs ...int64) {
+	items := make([]Item, len(offs))
+	for i, o := range offs {
+		items[i] = Item{Offset: o, Size: 1, Payload: o}
+		if k := keyed[o]; k != "" {
+			items[i].RawKey = []byte(k)
+		}
+	}
+	h.c.Add(tp, epoch, items, offs[len(offs)-1]+1)
+}
+
 // take returns and forgets the tasks submitted so far, as offsets.
 func (h *harness) take() []engine.Task {
 	h.mu.Lock()
@@ -95,10 +108,14 @@ func (h *harness) take() []engine.Task {
 func offsetsOf(ts []engine.Task) []int64 {
 	out := make([]int64, len(ts))
 	for i, tk := range ts {
-		out[i] = tk.Offset
+		out[i] = offsetOf(tk)
 	}
 	return out
 }
+
+// offsetOf and tpOf say which record a task runs.
+func offsetOf(tk engine.Task) int64 { return tk.Payload.(*item).off }
+func tpOf(tk engine.Task) engine.TP { return tk.Payload.(*item).p.tp }
 
 func (h *harness) complete(tk engine.Task, err error) {
 	h.c.Complete([]engine.Completion{{Task: tk, Err: err}})
@@ -147,22 +164,30 @@ func TestOrderingModes(t *testing.T) {
 		{name: "unordered", cfg: Config{Ordering: None}, first: []int64{0, 1, 2, 3, 4, 5}, afterDone: []int64{}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tt.cfg.MaxInFlight = 100
-			h := newHarness(t, tt.cfg)
-			ep := h.c.Assign(tp0, 0, "")
-			h.add(tp0, ep, ks, 0, 1, 2, 3, 4, 5)
-			first := h.take()
-			if diff := cmp.Diff(tt.first, offsetsOf(first)); diff != "" {
-				t.Fatalf("first wave (-want +got):\n%s", diff)
-			}
-			for _, tk := range first {
-				h.complete(tk, nil)
-			}
-			if diff := cmp.Diff(tt.afterDone, offsetsOf(h.take())); diff != "" {
-				t.Fatalf("second wave (-want +got):\n%s", diff)
-			}
-		})
+		for _, keyed := range []struct {
+			name string
+			add  func(h *harness, tp engine.TP, epoch uint64, keyed map[int64]string, offs ...int64)
+		}{
+			{"string keys", (*harness).add},
+			{"raw keys", (*harness).addRaw},
+		} {
+			t.Run(tt.name+"/"+keyed.name, func(t *testing.T) {
+				tt.cfg.MaxInFlight = 100
+				h := newHarness(t, tt.cfg)
+				ep := h.c.Assign(tp0, 0, "")
+				keyed.add(h, tp0, ep, ks, 0, 1, 2, 3, 4, 5)
+				first := h.take()
+				if diff := cmp.Diff(tt.first, offsetsOf(first)); diff != "" {
+					t.Fatalf("first wave (-want +got):\n%s", diff)
+				}
+				for _, tk := range first {
+					h.complete(tk, nil)
+				}
+				if diff := cmp.Diff(tt.afterDone, offsetsOf(h.take())); diff != "" {
+					t.Fatalf("second wave (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
 
@@ -178,7 +203,7 @@ func TestBlockingOffsetFirst(t *testing.T) {
 	h.complete(ts[1], nil)
 	// tp1@2 is older in arrival and ready, but tp0@0 holds tp0's commit.
 	got := h.take()
-	if len(got) != 1 || got[0].TP != tp0 || got[0].Offset != 0 {
+	if len(got) != 1 || tpOf(got[0]) != tp0 || offsetOf(got[0]) != 0 {
 		t.Fatalf("dispatched %+v, want tp0@0", got)
 	}
 }
@@ -195,7 +220,7 @@ func TestPartitionsTakeTurns(t *testing.T) {
 		if len(ts) != 1 {
 			t.Fatalf("dispatched %d tasks with capacity 1", len(ts))
 		}
-		got = append(got, ts[0].TP.Partition)
+		got = append(got, tpOf(ts[0]).Partition)
 		h.complete(ts[0], nil)
 	}
 	if diff := cmp.Diff([]int32{0, 1, 0, 1, 0, 1}, got); diff != "" {

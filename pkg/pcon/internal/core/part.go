@@ -43,17 +43,30 @@ func newPart(tp engine.TP, epoch uint64, tr *offsets.Tracker) *part {
 }
 
 func (p *part) laneFor(key string) *lane {
-	l := p.lanes[key]
-	if l == nil {
-		if len(p.lanes) >= p.sweepAt {
-			// Many distinct keys between commits: sweep now, and next at
-			// twice what stays, so the cost per record stays constant.
-			p.sweepLanes()
-			p.sweepAt = max(2*len(p.lanes), 2*idleLanes)
-		}
-		l = &lane{key: key}
-		p.lanes[key] = l
+	if l := p.lanes[key]; l != nil {
+		return l
 	}
+	return p.newLane(key)
+}
+
+// laneForBytes is laneFor for a key in bytes: looking it up converts
+// nothing, only a new lane copies the key.
+func (p *part) laneForBytes(key []byte) *lane {
+	if l := p.lanes[string(key)]; l != nil {
+		return l
+	}
+	return p.newLane(string(key))
+}
+
+func (p *part) newLane(key string) *lane {
+	if len(p.lanes) >= p.sweepAt {
+		// Many distinct keys between commits: sweep now, and next at
+		// twice what stays, so the cost per record stays constant.
+		p.sweepLanes()
+		p.sweepAt = max(2*len(p.lanes), 2*idleLanes)
+	}
+	l := &lane{key: key}
+	p.lanes[key] = l
 	return l
 }
 

@@ -21,7 +21,7 @@ type dispatched struct {
 func describe(ts []engine.Task) []dispatched {
 	out := make([]dispatched, len(ts))
 	for i, t := range ts {
-		out[i] = dispatched{t.Offset, t.Follows}
+		out[i] = dispatched{offsetOf(t), t.Follows}
 	}
 	return out
 }
@@ -115,7 +115,7 @@ func TestRuns(t *testing.T) {
 func completions(ts []engine.Task, errs map[int64]error) []engine.Completion {
 	cs := make([]engine.Completion, len(ts))
 	for i, t := range ts {
-		cs[i] = engine.Completion{Task: t, Err: errs[t.Offset]}
+		cs[i] = engine.Completion{Task: t, Err: errs[offsetOf(t)]}
 	}
 	return cs
 }

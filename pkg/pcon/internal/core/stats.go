@@ -96,7 +96,7 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (c *Core) Stats() Stats {
-	c.mu.Lock()
+	c.lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	s := Stats{InFlight: c.inflight, Capacity: c.cfg.MaxInFlight, Paused: c.paused, Latency: make(map[string]Histogram, len(c.latency))}

@@ -196,12 +196,30 @@ func (f *fifoTasks) push(ts ...Task) {
 	f.items = append(f.items, ts...)
 }
 
+// takeInto moves the first n tasks (at most all) to dst.
+func (f *fifoTasks) takeInto(dst []Task, n int) []Task {
+	n = min(n, f.len())
+	dst = append(dst, f.items[f.head:f.head+n]...)
+	clear(f.items[f.head : f.head+n])
+	f.head += n
+	f.compact()
+	return dst
+}
+
 // take removes the first n tasks into a new slice the caller owns.
 func (f *fifoTasks) take(n int) []Task {
 	b := make([]Task, n)
 	copy(b, f.items[f.head:f.head+n])
 	clear(f.items[f.head : f.head+n])
 	f.head += n
+	f.compact()
+	return b
+}
+
+// compact reuses the backing array once the queue is empty, or moves the
+// queue to its front once most of the array is behind the head, so a queue
+// that never empties does not grow without bound.
+func (f *fifoTasks) compact() {
 	if f.head == len(f.items) {
 		f.items, f.head = f.items[:0], 0
 	} else if f.head > 4096 && f.head*2 > len(f.items) {
@@ -209,5 +227,4 @@ func (f *fifoTasks) take(n int) []Task {
 		clear(f.items[k:])
 		f.items, f.head = f.items[:k], 0
 	}
-	return b
 }

@@ -19,13 +19,12 @@ type TP struct {
 }
 
 // Task is one record handed to an engine. Payload is opaque to the engine
-// and given back unchanged to the Runner and in the Completion.
+// and given back unchanged to the Runner and in the Completion; the record's
+// partition, offset and assignment are the control plane's, behind it. A
+// Task is copied on every hand-off, so it holds no more than engines use.
 type Task struct {
-	TP      TP
-	Offset  int64
-	Epoch   uint64
-	Size    int // bytes, for batch size limits
 	Payload any
+	Size    int // bytes, for batch size limits
 	// Follows ties the task to the one submitted just before it in the same
 	// Submit call: a batch engine runs both in the same batch, in that
 	// order. The control plane uses it for a key's run of records, which

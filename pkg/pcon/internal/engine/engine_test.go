@@ -15,9 +15,24 @@ import (
 )
 
 func TestPerRecordContract(t *testing.T) {
-	enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
-		return engine.NewPerRecord(run, sink, capacity, timeout)
-	}, enginetest.Options{})
+	// Which mode the engine picks depends on how fast the handlers are;
+	// each mode must meet the contract on its own.
+	for _, mode := range []struct {
+		name string
+		mode engine.Mode
+	}{
+		{"adaptive", engine.Adaptive},
+		{"shared workers", engine.Shared},
+		{"a worker per task", engine.Dedicated},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			enginetest.Run(t, func(run engine.Runner, sink engine.Sink, capacity int, timeout time.Duration) engine.Engine {
+				e := engine.NewPerRecord(run, sink, capacity, timeout)
+				e.SetMode(mode.mode)
+				return e
+			}, enginetest.Options{})
+		})
+	}
 }
 
 func TestBatchContract(t *testing.T) {
@@ -56,7 +71,7 @@ func TestBatchLimits(t *testing.T) {
 			}
 			e := engine.NewBatch(run, func([]engine.Completion) {}, tt.opt)
 			for i, s := range tt.sizes {
-				if err := e.Submit(engine.Task{Offset: int64(i), Size: s}); err != nil {
+				if err := e.Submit(engine.Task{Payload: i, Size: s}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -78,22 +93,22 @@ func TestBatchLimits(t *testing.T) {
 // new task must still run while the blocked one waits.
 func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 	release := make(chan struct{})
-	done := make(chan int64, 100)
+	done := make(chan int, 100)
 	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
-		if ts[0].Offset == 0 {
+		if ts[0].Payload == 0 {
 			<-release
 		}
 		return nil
 	}, func(cs []engine.Completion) {
 		for _, c := range cs {
-			done <- c.Task.Offset
+			done <- c.Task.Payload.(int)
 		}
 	}, 3, 0)
-	if err := e.Submit(engine.Task{Offset: 0}); err != nil {
+	if err := e.Submit(engine.Task{Payload: 0}); err != nil {
 		t.Fatal(err)
 	}
-	for i := int64(1); i <= 50; i++ {
-		if err := e.Submit(engine.Task{Offset: i}); err != nil {
+	for i := 1; i <= 50; i++ {
+		if err := e.Submit(engine.Task{Payload: i}); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -122,7 +137,7 @@ func TestBatchAlone(t *testing.T) {
 	run := func(_ context.Context, ts []engine.Task) []error {
 		b := make([]int64, len(ts))
 		for i, tk := range ts {
-			b[i] = tk.Offset
+			b[i] = tk.Payload.(int64)
 		}
 		mu.Lock()
 		got = append(got, b)
@@ -132,7 +147,7 @@ func TestBatchAlone(t *testing.T) {
 	e := engine.NewBatch(run, func([]engine.Completion) {}, engine.BatchOptions{MaxRecords: 10, MaxBytes: 1000, MaxWait: time.Hour, Concurrency: 1})
 	alone := map[int64]bool{2: true, 3: true, 6: true}
 	for i := range int64(8) {
-		if err := e.Submit(engine.Task{Offset: i, Size: 1, Alone: alone[i]}); err != nil {
+		if err := e.Submit(engine.Task{Payload: i, Size: 1, Alone: alone[i]}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,5 +157,74 @@ func TestBatchAlone(t *testing.T) {
 	want := [][]int64{{0, 1}, {2}, {3}, {4, 5}, {6}, {7}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("batches (-want +got):\n%s", diff)
+	}
+}
+
+// TestPerRecordFastStall: with fast handlers tasks share workers, so a call
+// that blocks has tasks queued behind it. They must still run, and the
+// completions of the tasks run before it must still be delivered, while it
+// blocks.
+func TestPerRecordFastStall(t *testing.T) {
+	const n, stuck = 200, 5
+	release := make(chan struct{})
+	var mu sync.Mutex
+	got := map[int]int{}
+	more := make(chan struct{}, 1)
+	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
+		if ts[0].Payload == stuck {
+			<-release
+		}
+		return nil
+	}, func(cs []engine.Completion) {
+		mu.Lock()
+		for _, c := range cs {
+			got[c.Task.Payload.(int)]++
+		}
+		mu.Unlock()
+		select {
+		case more <- struct{}{}:
+		default:
+		}
+	}, n, 0)
+	e.SetMode(engine.Shared)
+	tasks := make([]engine.Task, n)
+	for i := range tasks {
+		tasks[i] = engine.Task{Payload: i}
+	}
+	if err := e.Submit(tasks...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(want int) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for {
+			mu.Lock()
+			k := len(got)
+			mu.Unlock()
+			if k >= want {
+				return
+			}
+			select {
+			case <-more:
+			case <-deadline:
+				t.Fatalf("%d of %d tasks completed", k, want)
+			}
+		}
+	}
+	waitFor(n - 1)
+	mu.Lock()
+	if _, ok := got[stuck]; ok {
+		t.Fatal("the blocked task completed before it was released")
+	}
+	mu.Unlock()
+	close(release)
+	waitFor(n)
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for off, k := range got {
+		if k != 1 {
+			t.Errorf("task %d completed %d times", off, k)
+		}
 	}
 }

@@ -73,6 +73,28 @@ type combiner struct {
 
 func (c *combiner) deliver(tasks []Task, errs []error, elapsed time.Duration) {
 	c.mu.Lock()
+	c.appendLocked(tasks, errs, elapsed)
+	c.flushLocked()
+}
+
+// deliverCompletions delivers cs, which the caller may reuse on return.
+func (c *combiner) deliverCompletions(cs []Completion) {
+	c.mu.Lock()
+	if c.delivering || len(c.buf) > 0 {
+		c.buf = append(c.buf, cs...)
+		c.flushLocked()
+		return
+	}
+	// Nothing else to deliver: hand cs over without copying it.
+	c.delivering = true
+	c.mu.Unlock()
+	c.sink(cs)
+	c.mu.Lock()
+	c.delivering = false
+	c.flushLocked()
+}
+
+func (c *combiner) appendLocked(tasks []Task, errs []error, elapsed time.Duration) {
 	for i, t := range tasks {
 		cp := Completion{Task: t, Elapsed: elapsed}
 		if errs != nil {
@@ -80,6 +102,10 @@ func (c *combiner) deliver(tasks []Task, errs []error, elapsed time.Duration) {
 		}
 		c.buf = append(c.buf, cp)
 	}
+}
+
+// flushLocked delivers the buffer and unlocks c.mu.
+func (c *combiner) flushLocked() {
 	if c.delivering {
 		c.mu.Unlock()
 		return

@@ -82,7 +82,7 @@ func (c *collector) waitFor(t *testing.T, n int) []engine.Completion {
 }
 
 func task(i int) engine.Task {
-	return engine.Task{TP: engine.TP{Topic: "t", Partition: int32(i % 3)}, Offset: int64(i), Epoch: 1, Size: 10, Payload: i}
+	return engine.Task{Size: 10, Payload: i}
 }
 
 func closeEngine(t *testing.T, e engine.Engine) {

@@ -74,7 +74,17 @@ func (t *Tracker) Add(off int64) (accepted, alreadyDone bool) {
 // outstanding (never received, or already complete).
 func (t *Tracker) Complete(off int64) bool {
 	live := t.outstanding[t.head:]
-	i := sort.Search(len(live), func(i int) bool { return live[i].off >= off })
+	// Offsets are mostly consecutive, so off usually sits at its distance
+	// from the first; only gaps in the log need the search.
+	i := -1
+	if len(live) > 0 {
+		if d := off - live[0].off; d >= 0 && d < int64(len(live)) && live[d].off == off {
+			i = int(d)
+		}
+	}
+	if i < 0 {
+		i = sort.Search(len(live), func(i int) bool { return live[i].off >= off })
+	}
 	if i == len(live) || live[i].off != off || live[i].done {
 		return false
 	}

@@ -46,6 +46,12 @@ func TestTracker(t *testing.T) {
 			want:     state{Committable: 3, Incomplete: 1, Blocking: 3},
 		},
 		{
+			name:     "a gap below does not mislead finding an offset",
+			add:      []int64{0, 2, 3, 4},
+			complete: []int64{3, 4},
+			want:     state{Committable: 0, Gap: 2, Incomplete: 2, Blocking: 0, Completed: []int64{3, 4}},
+		},
+		{
 			name:     "offsets missing from the log never block",
 			start:    10,
 			add:      []int64{12, 15, 20},

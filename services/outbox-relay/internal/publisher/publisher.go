@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -37,7 +35,7 @@ type Message struct {
 	Source        string
 	AggregateType string
 	AggregateID   string
-	Data          []byte
+	Data          []byte // the record shares it: it must not change until the outcome is known
 	Time          time.Time
 }
 
@@ -76,7 +74,7 @@ func Unpublishable(err error) bool {
 type Publisher struct {
 	client      sarama.Client
 	producer    sarama.AsyncProducer
-	reg         *events.Registry
+	records     *recordWriter
 	sendTimeout time.Duration
 	done        sync.WaitGroup
 }
@@ -125,7 +123,7 @@ func New(brokers []string, sendTimeout time.Duration, reg *events.Registry, logg
 		_ = client.Close()
 		return nil, fmt.Errorf("start Kafka producer: %w", err)
 	}
-	p := &Publisher{client: client, producer: producer, reg: reg, sendTimeout: sendTimeout}
+	p := &Publisher{client: client, producer: producer, records: &recordWriter{reg: reg}, sendTimeout: sendTimeout}
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -168,28 +166,13 @@ func (p *Publisher) Ping(ctx context.Context) error {
 
 // ProducerMessage maps m to a Kafka record: topic derived from the type, key
 // = aggregate id, CloudEvents attributes as ce_* headers, data as the value.
+//
+// Any type whose topic derives by convention is published, known to this
+// build's registry or not: the relay is transport, and a type no consumer
+// understands belongs in that topic's dead-letter topic, where consumers
+// put it, not silently in outbox_failed.
 func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
-	// Any type whose topic derives by convention is published, known to this
-	// build's registry or not: the relay is transport, and a type no consumer
-	// understands belongs in that topic's dead-letter topic, where consumers
-	// put it, not silently in outbox_failed.
-	topic, err := events.TopicOf(m.Type)
-	if err != nil {
-		return nil, fmt.Errorf("event %s: %w", m.EventID, err)
-	}
-	ce, err := p.reg.ToCloudEvent(events.Envelope{
-		ID: m.EventID, Source: m.Source, Time: m.Time, Sequence: m.Sequence,
-		Record: events.Record{Type: m.Type, AggregateType: m.AggregateType, AggregateID: m.AggregateID, Data: m.Data},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnpublishable, err)
-	}
-	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(m.AggregateID)}
-	ctx = binding.WithForceBinary(kafka_sarama.WithSkipKeyMapping(ctx))
-	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(&ce), pm); err != nil {
-		return nil, fmt.Errorf("%w: encode event %s: %w", ErrUnpublishable, m.EventID, err)
-	}
-	return pm, nil
+	return p.records.write(ctx, m)
 }
 
 // Pending is a batch handed to the producer whose outcomes are not yet all
@@ -209,9 +192,8 @@ type Prepared struct {
 	errs []error // mapping errors; the record is nil then
 }
 
-// Prepare maps msgs to records on every CPU: the CloudEvents mapping is the
-// costly part of publishing, so callers prepare the next batch while the
-// previous one is in flight.
+// Prepare maps msgs to records, on every CPU for a large batch; callers
+// prepare the next batch while the previous one is in flight.
 func (p *Publisher) Prepare(ctx context.Context, msgs []Message) Prepared {
 	prep := Prepared{pms: make([]*sarama.ProducerMessage, len(msgs)), errs: make([]error, len(msgs))}
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(msgs)/64))
