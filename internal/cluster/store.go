@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
 // ErrSuperseded is returned when a write of a partition's owner is refused
@@ -43,17 +45,26 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // heartbeat upserts the node row with the database's now(). join resets
 // started_at (the first heartbeat of a process); a restarted node with the
-// same id keeps its one row.
-func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, join bool) error {
+// same id keeps its one row. The stage windows replace the previous ones;
+// untimed (a node that times no stage) stores NULL.
+func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, join bool, windows []stages.Window, timed bool) error {
+	var latency *string
+	if timed {
+		b, err := json.Marshal(windows)
+		if err != nil {
+			return fmt.Errorf("cluster: heartbeat: %w", err)
+		}
+		latency = new(string(b))
+	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO cluster_nodes AS n (node_id, service, roles, host, version, started_at, last_heartbeat, suspect_after, down_after)
-		VALUES ($1, $2, $3, $4, $5, now(), now(), $6 * interval '1 microsecond', $7 * interval '1 microsecond')
+		INSERT INTO cluster_nodes AS n (node_id, service, roles, host, version, started_at, last_heartbeat, suspect_after, down_after, stage_latency)
+		VALUES ($1, $2, $3, $4, $5, now(), now(), $6 * interval '1 microsecond', $7 * interval '1 microsecond', $9::jsonb)
 		ON CONFLICT (node_id) DO UPDATE SET
 			service = EXCLUDED.service, roles = EXCLUDED.roles, host = EXCLUDED.host, version = EXCLUDED.version,
 			started_at = CASE WHEN $8 THEN now() ELSE n.started_at END,
 			last_heartbeat = now(), suspect_after = EXCLUDED.suspect_after, down_after = EXCLUDED.down_after,
-			left_at = NULL, heartbeats = n.heartbeats + 1`,
-		cfg.NodeID, info.Service, info.Roles, info.Host, info.Version, micros(cfg.SuspectAfter), micros(cfg.DownAfter), join)
+			left_at = NULL, heartbeats = n.heartbeats + 1, stage_latency = EXCLUDED.stage_latency`,
+		cfg.NodeID, info.Service, info.Roles, info.Host, info.Version, micros(cfg.SuspectAfter), micros(cfg.DownAfter), join, latency)
 	if err != nil {
 		return fmt.Errorf("cluster: heartbeat: %w", err)
 	}
