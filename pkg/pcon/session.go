@@ -147,6 +147,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
+	var now time.Time
 	for open := true; open; {
 		if resumed := c.pause.wait(); resumed != nil {
 			select {
@@ -165,7 +166,9 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				open = false
 				continue
 			}
-			items = append(items[:0], c.item(m))
+			// One clock read per fetched run: the run arrived together.
+			now = time.Now()
+			items = append(items[:0], c.item(m, now))
 		}
 	drain:
 		for len(items) < fetchBatch {
@@ -174,7 +177,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				if !ok {
 					break drain
 				}
-				items = append(items, c.item(m))
+				items = append(items, c.item(m, now))
 			default:
 				break drain
 			}
@@ -214,10 +217,10 @@ func (c *Consumer) feed(ctx context.Context, tp engine.TP, epoch uint64, items [
 	return true
 }
 
-func (c *Consumer) item(m *sarama.ConsumerMessage) core.Item {
+func (c *Consumer) item(m *sarama.ConsumerMessage, received time.Time) core.Item {
 	r := &Record{
 		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
+		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Received: received,
 	}
 	if len(m.Headers) > 0 {
 		r.Headers = make([]Header, len(m.Headers))

@@ -314,7 +314,7 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 	from, to := res.Cursor, res.Cursor
 	var (
 		failed    []store.Failure
-		published int
+		published []int // indexes in rows
 		hol       *store.Row
 		holErr    error
 	)
@@ -322,7 +322,7 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 		err := errs[i]
 		switch {
 		case err == nil:
-			published++
+			published = append(published, i)
 		case publisher.Unpublishable(err):
 			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, service.ErrKey, err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
@@ -345,10 +345,11 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 			return false, err
 		}
 		res.Cursor = to
-		res.Published += published
+		res.Published += len(published)
 		res.Failed += len(failed)
-		r.metrics.published.Add(float64(published))
+		r.metrics.published.Add(float64(len(published)))
 		r.metrics.failed.Add(float64(len(failed)))
+		r.metrics.observe(b, rows, published, pending)
 	}
 	if hol == nil {
 		return true, nil

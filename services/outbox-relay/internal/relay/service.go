@@ -63,6 +63,7 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	if err != nil {
 		return nil, err
 	}
+	member.WatchStages(metrics.StageWindows)
 	return &Service{
 		cfg: cfg, logger: logger, store: st, pub: pub, elector: elector, relay: r, registry: reg, member: member,
 		kick: make(chan struct{}, 1),

@@ -96,6 +96,7 @@ type Row struct {
 type Batch struct {
 	Snapshot Snapshot
 	Now      time.Time // the database clock when the rows were read
+	Sent     time.Time // this process's clock when the read was sent
 	Rows     []Row     // in id order
 }
 
@@ -118,15 +119,13 @@ ORDER BY o.id`
 // ReadBatch reads up to limit rows with id > after, in id order, and the
 // snapshot they were read in.
 func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, error) {
+	b := Batch{Sent: time.Now()}
 	rows, err := s.pool.Query(ctx, readBatch, after, limit)
 	if err != nil {
 		return Batch{}, fmt.Errorf("read outbox: %w", pg.MapErr(err))
 	}
 	defer rows.Close()
-	var (
-		b    Batch
-		snap string
-	)
+	var snap string
 	for rows.Next() {
 		var (
 			id, seq                           *int64
