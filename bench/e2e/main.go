@@ -280,7 +280,11 @@ func load(ctx context.Context, client *http.Client, api string, pr *probe, produ
 	for i, p := range pr.procs {
 		names[i] = p.Name
 	}
-	report(names, before, after, answeredN, q)
+	var sum time.Duration
+	for _, l := range latencies {
+		sum += l
+	}
+	report(names, before, after, answeredN, q, sum/time.Duration(len(latencies)))
 	if failed.Load() > 0 {
 		return errors.New("some requests failed")
 	}
