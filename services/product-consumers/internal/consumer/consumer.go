@@ -213,11 +213,23 @@ func (h *Handlers) issuedSequence(ctx context.Context, m events.Message) error {
 	if err != nil {
 		return err // retried: the database decides, not this guess
 	}
-	h.issued.Store(issued)
+	h.learnIssued(issued)
 	if m.Sequence > issued {
 		return pcon.Permanent(fmt.Errorf("event %s: %w: sequence %d is beyond the highest outbox id issued (%d)", m.ID, events.ErrBadData, m.Sequence, issued))
 	}
 	return nil
+}
+
+// learnIssued raises the highest outbox id known to be issued to id. Each
+// like batch learns it with its writes, so that the next batch's sequences,
+// mostly issued before that, need no query of their own.
+func (h *Handlers) learnIssued(id int64) {
+	for {
+		cur := h.issued.Load()
+		if id <= cur || h.issued.CompareAndSwap(cur, id) {
+			return
+		}
+	}
 }
 
 // storeErr makes the database's refusal of the data itself (SQLSTATE
@@ -386,6 +398,7 @@ func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
 			return storeErr(err)
 		}
 		done := time.Now()
+		h.learnIssued(res.Issued)
 		for i, r := range recs {
 			h.timed(r, msgs[i].Type, done)
 		}
