@@ -163,6 +163,7 @@ func (s *Service) passes(ctx context.Context) {
 }
 
 func (s *Service) notified() {
+	s.relay.Notify()
 	select {
 	case s.kick <- struct{}{}:
 	default: // a wake-up is already pending; this commit rides on it
