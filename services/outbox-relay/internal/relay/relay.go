@@ -149,7 +149,8 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 				read = true
 				rd.stop()
 				rd = r.startReader(ctx, cur.rows[len(cur.rows)-1].ID)
-			case <-cur.acked:
+			case <-cur.acked: // and then its advance, after which a
+				// commit notified meanwhile is read (below)
 			}
 		}
 		if read {
@@ -179,10 +180,11 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 			return res, nil
 		case next != nil:
 			cur = next
-		case cur.newGap && !rereadGap && !finishing:
-			// A new gap can settle only in a later snapshot: read again
-			// at once instead of waiting for the next pass.
-			rereadGap = true
+		case cur.newGap && !rereadGap && !finishing, !finishing && time.Since(began) < r.cfg.Interval && r.woken():
+			// A new gap can settle only in a later snapshot, and a commit
+			// notified while the batch was confirmed is not in this read:
+			// read again at once instead of waiting for the next pass.
+			rereadGap = rereadGap || cur.newGap
 			rd.stop()
 			rd = r.startReader(ctx, cursor)
 			if b, err = rd.next(ctx); err != nil {
@@ -197,6 +199,17 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 			return res, nil
 		}
 		finishing = stop.Err() != nil
+	}
+}
+
+// woken reports, once, whether a commit was notified since the last read
+// was sent.
+func (r *Relay) woken() bool {
+	select {
+	case <-r.wake:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -71,3 +71,20 @@ func TestCursorMovedBackIsFollowed(t *testing.T) {
 		t.Errorf("records (-want +got):\n%s", diff)
 	}
 }
+
+// TestCommitDuringAdvanceGoesOutInTheSamePass: a commit notified while the
+// pass advances the cursor past its last batch is read by the same pass.
+func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
+	env, n := leader(t)
+	first := insertCommitted(t, env, likes(7, "a")...)[0]
+	var later int64
+	n.svc.relay.beforeAdvance = func() {
+		if later == 0 {
+			later = insertCommitted(t, env, likes(7, "b")...)[0].ID
+			n.svc.relay.Notify()
+		}
+	}
+	if res := n.pass(t); res.Published != 2 || res.Cursor != later {
+		t.Fatalf("pass: %+v; want both events (ids %d and %d) published by it", res, first.ID, later)
+	}
+}
