@@ -83,7 +83,7 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 
 // TestLivePage loads the page against the running pipeline in a real
 // browser, likes a product through the page's form and sees the count on the
-// page change within 2 s; then kills commerce-api, sees the page say it is
+// page change within 2 s, and sees the chart split the time by stage; then kills commerce-api, sees the page say it is
 // reconnecting, restarts it and sees the page recover and follow changes
 // again. It takes the README's screenshot on the way.
 func TestLivePage(t *testing.T) {
@@ -170,6 +170,26 @@ func TestLivePage(t *testing.T) {
 	if n := eval[int](t, ctx, `window.notLive`); n != 0 || eval[string](t, ctx, `document.getElementById("status").className`) != "status live" {
 		t.Errorf("the page left \"live\" %d times in 15 s", n)
 	}
+
+	// The chart splits the time by stage: each stage's p50 shows in the
+	// table, and each stage's band is drawn in its colour.
+	within(t, ctx, 20*time.Second, "every stage has a p50 in the table",
+		until(`[...document.querySelectorAll("#stages tr")].length === 4 &&
+			[...document.querySelectorAll("#stages tr")].every((tr) => / ms$/.test(tr.children[2].textContent))`))
+	within(t, ctx, 10*time.Second, "every stage's band is drawn on the chart",
+		until(`(() => {
+			const cv = document.getElementById("chart");
+			const px = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
+			const near = (i, rgb) => Math.abs(px[i] - rgb[0]) + Math.abs(px[i + 1] - rgb[1]) + Math.abs(px[i + 2] - rgb[2]) < 12;
+			return STAGES.every((st) => {
+				const rgb = [1, 3, 5].map((k) => parseInt(st.color.slice(k, k + 2), 16));
+				let n = 0;
+				for (let i = 0; i < px.length; i += 4) if (near(i, rgb) && ++n >= 20) return true;
+				return false;
+			});
+		})()`))
+	stageText := eval[string](t, ctx, `[...document.querySelectorAll("#stages tr")].map((tr) => tr.dataset.stage + " p50 " + tr.children[2].textContent + " p99 " + tr.children[3].textContent).join(", ")`)
+	t.Logf("stages on the page: %s", stageText)
 
 	// The screenshot; the README's once the chart has a few seconds of
 	// history.

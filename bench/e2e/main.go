@@ -4,6 +4,13 @@
 // add a new like; the k-th answered view (like) of a product is visible once
 // the product's view_count (like_count) reaches k.
 //
+// Beside the end to end it prints, from the services' own histograms over
+// the same window, how the time split into the stages of an event's path
+// (package internal/stages), and the CPU seconds every process of the
+// pipeline spent per 1,000 events (from /proc: the three services, the
+// broker, which runs as the devkafka process for that, and the PostgreSQL
+// backends serving the benchmark's database).
+//
 // Two modes run on the same stack: mixed (requests spread over -products
 // products) and hot (every request on one product, a flash sale). The hot
 // mode also writes a burst of a hot product's views and likes straight into
@@ -20,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,7 +39,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -89,7 +96,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Println("building the services...")
-	bins, err := stack.Build(ctx, root, stack.Services...)
+	bins, err := stack.Build(ctx, root, append(slices.Clone(stack.Services), "./cmd/devkafka")...)
 	if err != nil {
 		return err
 	}
@@ -103,17 +110,26 @@ func run(ctx context.Context, o options) error {
 	if redisURL == "" {
 		redisURL = "redis://127.0.0.1:6379/0"
 	}
-	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, events.NewRegistry().AllTopics()...))
-	if err != nil {
-		return err
-	}
-	defer kafka.Close()
-	brokers := strings.Join(kafka.ListenAddrs(), ",")
 	logs, err := os.MkdirTemp("", "bench-e2e-logs-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(logs)
+	// The broker runs in a process of its own, so that its CPU is counted
+	// apart from this load generator's.
+	brokers, err := stack.FreeAddr()
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(brokers)
+	kafka, err := bins.StartArgs("devkafka", []string{"-port", port}, nil, filepath.Join(logs, "devkafka.log"))
+	if err != nil {
+		return err
+	}
+	defer kafka.Stop(10 * time.Second)
+	if err := waitTCP(ctx, brokers, 30*time.Second); err != nil {
+		return fmt.Errorf("%w\n%s", err, kafka.Log(2000))
+	}
 
 	addr := func() string { a, _ := stack.FreeAddr(); return a }
 	apiAddr, relayAdmin, consumersAdmin := addr(), addr(), addr()
@@ -125,12 +141,14 @@ func run(ctx context.Context, o options) error {
 		{"outbox-relay", "http://" + relayAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": relayAdmin}},
 		{"product-consumers", "http://" + consumersAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "REDIS_URL": redisURL, "ADMIN_ADDR": consumersAdmin}},
 	}
+	pipeline := []*stack.Proc{}
 	for _, pr := range procs {
 		p, err := bins.Start(pr.bin, pr.env, filepath.Join(logs, pr.bin+".log"))
 		if err != nil {
 			return err
 		}
 		defer p.Stop(20 * time.Second)
+		pipeline = append(pipeline, p)
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = stack.WaitHTTP(wctx, pr.ready)
 		cancel()
@@ -158,18 +176,23 @@ func run(ctx context.Context, o options) error {
 	if err := warmUp(ctx, client, api, conn, products[0]); err != nil {
 		return err
 	}
+	pr := &probe{
+		procs:   append(pipeline, kafka),
+		metrics: []string{"http://" + relayAdmin + "/metrics", "http://" + consumersAdmin + "/metrics"},
+		conn:    conn,
+	}
 
 	var errs []error
 	for _, mode := range strings.Split(o.modes, ",") {
 		switch mode {
 		case "mixed":
-			errs = append(errs, load(ctx, client, api, conn, products, o.rate, o.duration, o.poll, "mixed load", "≤ 8ms", "≤ 40ms"))
+			errs = append(errs, load(ctx, client, api, pr, products, o.rate, o.duration, o.poll, "mixed load", "≤ 8ms", "≤ 25ms"))
 		case "hot":
 			var hot struct{ ID int64 }
 			if err := call(client, "POST", api+"/products", "", `{"name":"flash sale","price":1000,"stock":1000000}`, &hot); err != nil {
 				return err
 			}
-			errs = append(errs, load(ctx, client, api, conn, []int64{hot.ID}, o.hotRate, o.hotDuration, o.poll, "hot product", "", "≤ 1s"))
+			errs = append(errs, load(ctx, client, api, pr, []int64{hot.ID}, o.hotRate, o.hotDuration, o.poll, "hot product", "", "≤ 1s"))
 			if o.burst > 0 {
 				errs = append(errs, burst(ctx, client, api, conn, o.burst))
 			}
@@ -181,9 +204,15 @@ func run(ctx context.Context, o options) error {
 }
 
 // load sends rate requests/s for d, spread over products, and prints the
-// latency from each 2xx to its change being visible.
-func load(ctx context.Context, client *http.Client, api string, conn *pgx.Conn, products []int64, rate int, d, poll time.Duration, title, p50Target, p99Target string) error {
+// latency from each 2xx to its change being visible, its split into stages
+// and the CPU it cost.
+func load(ctx context.Context, client *http.Client, api string, pr *probe, products []int64, rate int, d, poll time.Duration, title, p50Target, p99Target string) error {
 	o := options{rate: rate, duration: d, poll: poll}
+	conn := pr.conn
+	before, err := pr.read(ctx)
+	if err != nil {
+		return err
+	}
 	ans := &answered{at: make([][2][]time.Time, len(products))}
 	var sent, failed atomic.Int64
 	var latencies []time.Duration
@@ -226,6 +255,10 @@ func load(ctx context.Context, client *http.Client, api string, conn *pgx.Conn, 
 	if err := <-pollDone; err != nil {
 		return err
 	}
+	after, err := pr.read(ctx)
+	if err != nil {
+		return err
+	}
 	answeredN := sent.Load() - failed.Load()
 	if int64(len(latencies)) != answeredN {
 		return fmt.Errorf("%d answered changes, %d became visible", answeredN, len(latencies))
@@ -243,6 +276,15 @@ func load(ctx context.Context, client *http.Client, api string, conn *pgx.Conn, 
 	fmt.Printf("| latency p99 | %s | %s |\n", q(0.99).Round(100*time.Microsecond), p99Target)
 	fmt.Printf("| latency max | %s | |\n", latencies[len(latencies)-1].Round(100*time.Microsecond))
 	fmt.Printf("(visibility polled every %s, which bounds the resolution)\n", o.poll)
+	names := make([]string, len(pr.procs))
+	for i, p := range pr.procs {
+		names[i] = p.Name
+	}
+	var sum time.Duration
+	for _, l := range latencies {
+		sum += l
+	}
+	report(names, before, after, answeredN, q, sum/time.Duration(len(latencies)))
 	if failed.Load() > 0 {
 		return errors.New("some requests failed")
 	}
@@ -324,6 +366,21 @@ func warmUp(ctx context.Context, client *http.Client, api string, conn *pgx.Conn
 		time.Sleep(50 * time.Millisecond)
 	}
 	return errors.New("the warm-up view never became visible")
+}
+
+// waitTCP waits until addr accepts connections.
+func waitTCP(ctx context.Context, addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the broker at %s never listened: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func call(client *http.Client, method, url, user, body string, out any) error {

@@ -58,15 +58,20 @@ func statuses(t *testing.T, st *Store) map[string]string {
 
 func waitStatus(t *testing.T, st *Store, want map[string]string) {
 	t.Helper()
+	waitEqual(t, "node statuses", want, func() map[string]string { return statuses(t, st) })
+}
+
+// waitEqual waits up to 5 s for read to return want.
+func waitEqual[T any](t *testing.T, what string, want T, read func() T) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := statuses(t, st)
-		diff := cmp.Diff(want, got)
+		diff := cmp.Diff(want, read())
 		if diff == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node statuses (-want +got):\n%s", diff)
+			t.Fatalf("%s (-want +got):\n%s", what, diff)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -378,7 +383,7 @@ func TestLateAssignment(t *testing.T) {
 	ctx := context.Background()
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
 	t.Cleanup(func() { b.store.Close() })
-	if _, err := a.store.heartbeat(ctx, a.cfg, a.info, a.instance, true); err != nil {
+	if _, err := a.store.heartbeat(ctx, a.cfg, a.info, a.instance, true, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	p0 := claim{Group: "g", Topic: "t", Partition: 0}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
@@ -40,9 +41,11 @@ type Member struct {
 	// finds another there means a second process claims the node id.
 	instance string
 
-	mu    sync.Mutex
-	owned map[claim]*owned
-	stats map[string]func() pcon.Stats // by group
+	mu     sync.Mutex
+	owned  map[claim]*owned
+	stats  map[string]func() pcon.Stats // by group
+	stages func() []stages.Window       // nil: the node times no stage
+	unsent []stages.Window              // taken, but their heartbeat failed
 
 	stop    context.CancelFunc
 	stopped chan struct{}
@@ -195,8 +198,12 @@ func (m *Member) beat(ctx context.Context, join, purge bool) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.SuspectAfter)
 	defer cancel()
 	start := time.Now()
-	conflict, err := m.store.heartbeat(ctx, m.cfg, m.info, m.instance, join)
+	windows, timed := m.stageWindows()
+	conflict, err := m.store.heartbeat(ctx, m.cfg, m.info, m.instance, join, windows, timed)
 	if err != nil {
+		m.mu.Lock()
+		m.unsent = windows // the next heartbeat carries them on
+		m.mu.Unlock()
 		return err
 	}
 	m.metrics.latency.Observe(time.Since(start).Seconds())
@@ -218,6 +225,47 @@ func (m *Member) beat(ctx context.Context, join, purge bool) error {
 		}
 	}
 	return nil
+}
+
+// WatchStages makes each heartbeat publish what take (a stages.Recorder's
+// Take) returns: the stage durations this node observed since the previous
+// heartbeat, which the live page reads from the registry. Call it before
+// Start.
+func (m *Member) WatchStages(take func() []stages.Window) {
+	m.mu.Lock()
+	m.stages = take
+	m.mu.Unlock()
+}
+
+// stageWindows takes the stage windows to publish, with those of failed
+// heartbeats added in (their spans add up). timed is false when the node
+// times no stage.
+func (m *Member) stageWindows() (ws []stages.Window, timed bool) {
+	m.mu.Lock()
+	take, unsent := m.stages, m.unsent
+	m.unsent = nil
+	m.mu.Unlock()
+	if take == nil {
+		return nil, false
+	}
+	fresh := take()
+	ws = make([]stages.Window, 0, len(stages.All))
+	for _, s := range stages.All {
+		var parts []stages.Window
+		span := 0.0
+		for _, w := range append(unsent, fresh...) {
+			if w.Stage == s {
+				parts = append(parts, w)
+				span += w.Seconds
+			}
+		}
+		if len(parts) > 0 {
+			w := stages.Merge(parts...)
+			w.Seconds = span
+			ws = append(ws, w)
+		}
+	}
+	return ws, true
 }
 
 // WatchStats makes the heartbeat publish the true lag, gap and blocking

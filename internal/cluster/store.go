@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
 // ErrSuperseded is returned when a write of a partition's owner is refused
@@ -46,25 +48,35 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // whose nonce is instance. join resets started_at (the first heartbeat of a
 // process); a restarted node with the same id keeps its one row. conflict
 // reports that another process wrote the row since this one's last
-// heartbeat: two live processes claim the node id.
-func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, instance string, join bool) (conflict bool, err error) {
+// heartbeat: two live processes claim the node id. The stage windows
+// replace the previous ones; untimed (a node that times no stage) stores
+// NULL.
+func (s *Store) heartbeat(ctx context.Context, cfg Config, info Info, instance string, join bool, windows []stages.Window, timed bool) (conflict bool, err error) {
+	var latency *string
+	if timed {
+		b, err := json.Marshal(windows)
+		if err != nil {
+			return false, fmt.Errorf("cluster: heartbeat: %w", err)
+		}
+		latency = new(string(b))
+	}
 	err = s.pool.QueryRow(ctx, `
 		INSERT INTO cluster_nodes AS n (node_id, service, roles, host, version, started_at, last_heartbeat, suspect_after, down_after,
-		                                instance, retention)
+		                                instance, retention, stage_latency)
 		VALUES ($1, $2, $3, $4, $5, now(), now(), $6 * interval '1 microsecond', $7 * interval '1 microsecond',
-		        $9, $10 * interval '1 microsecond')
+		        $9, $10 * interval '1 microsecond', $11::jsonb)
 		ON CONFLICT (node_id) DO UPDATE SET
 			service = EXCLUDED.service, roles = EXCLUDED.roles, host = EXCLUDED.host, version = EXCLUDED.version,
 			started_at = CASE WHEN $8 THEN now() ELSE n.started_at END,
 			last_heartbeat = now(), suspect_after = EXCLUDED.suspect_after, down_after = EXCLUDED.down_after,
 			left_at = NULL, heartbeats = n.heartbeats + 1,
-			instance = EXCLUDED.instance, retention = EXCLUDED.retention,
+			instance = EXCLUDED.instance, retention = EXCLUDED.retention, stage_latency = EXCLUDED.stage_latency,
 			id_conflict_at = CASE WHEN $8 THEN NULL
 			                      WHEN n.instance IS DISTINCT FROM EXCLUDED.instance THEN now()
 			                      ELSE n.id_conflict_at END
 		RETURNING COALESCE(id_conflict_at = now(), false)`,
 		cfg.NodeID, info.Service, info.Roles, info.Host, info.Version, micros(cfg.SuspectAfter), micros(cfg.DownAfter), join,
-		instance, micros(cfg.Retention)).Scan(&conflict)
+		instance, micros(cfg.Retention), latency).Scan(&conflict)
 	if err != nil {
 		return false, fmt.Errorf("cluster: heartbeat: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
 // historyLimit is how many leader changes the view carries.
@@ -47,6 +48,10 @@ type Node struct {
 	// written by another process since its own previous one: two live
 	// processes claim the id. nil when none did since the node joined.
 	IDConflictAt *time.Time `json:"idConflictAt"`
+	// Latency is what the node timed of the stages it sees (package
+	// stages) over its last heartbeat's window, one entry per stage that
+	// saw events; empty for a node that times none or saw nothing.
+	Latency []stages.Window `json:"latency"`
 }
 
 // Leader is the holder of the relay lease.
@@ -124,9 +129,10 @@ func (s *Store) View(ctx context.Context) (View, error) {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
-			SELECT node_id, service, roles, host, version, status, started_at, last_heartbeat,
-			       extract(epoch FROM heartbeat_age)::float8, left_at, id_conflict_at
-			FROM cluster_node_status ORDER BY service, node_id`)
+			SELECT s.node_id, s.service, s.roles, s.host, s.version, s.status, s.started_at, s.last_heartbeat,
+			       extract(epoch FROM s.heartbeat_age)::float8, s.left_at, s.id_conflict_at, COALESCE(n.stage_latency, '[]'::jsonb)
+			FROM cluster_node_status s JOIN cluster_nodes n USING (node_id)
+			ORDER BY s.service, s.node_id`)
 		if err != nil {
 			return err
 		}

@@ -27,21 +27,24 @@ import (
 const Channel = "outbox_events"
 
 // Columns are the columns every writer sets, in the order of Entry.Values;
-// created_at defaults to now(), and the rest (id, next_retry_at) are the
-// database's and the relay's.
+// created_at defaults to the insert's clock_timestamp(), and the rest (id,
+// next_retry_at) are the database's and the relay's.
 var Columns = []string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload"}
 
 // insertSQL uses $n placeholders, which pgx, database/sql over pgx and gorm's
-// Raw all pass through. A NULL created_at means now().
+// Raw all pass through. A NULL created_at means clock_timestamp(): the insert
+// itself, not the transaction's start (now()), so that the relay's outbox
+// stage (package stages) times the row from its insert, not from the lock
+// waits and writes before it.
 var insertSQL = `INSERT INTO outbox (` + strings.Join(Columns, ", ") + `, created_at)
-	VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, now())) RETURNING id`
+	VALUES ($1, $2, $3, $4, $5, $6, COALESCE($7, clock_timestamp())) RETURNING id`
 
 // Entry is one outbox row to write.
 type Entry struct {
 	EventID string // a UUID; consumers de-duplicate by it
 	Source  string // the CloudEvents source
 	events.Record
-	CreatedAt time.Time // zero: the database's now()
+	CreatedAt time.Time // zero: the database's clock at the insert
 }
 
 // NewEntry returns an entry for rec from source with a new random event id.

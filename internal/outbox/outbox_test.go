@@ -34,14 +34,7 @@ func TestInsertNotifies(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 
-	rec, err := events.NewRegistry().Marshal(events.LikeCreatedV1{UserID: "u", ProductID: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := outbox.NewEntry("test", rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := likeEntry(t)
 	e.CreatedAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var id int64
 	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -69,4 +62,50 @@ func TestInsertNotifies(t *testing.T) {
 	if diff := cmp.Diff(e, got); diff != "" {
 		t.Errorf("stored row (-want +got):\n%s", diff)
 	}
+}
+
+// TestCreatedAtIsTheInsert: without a CreatedAt the row is stamped when it
+// is inserted, not when its transaction began, so the relay's outbox stage
+// leaves out what the transaction did before.
+func TestCreatedAtIsTheInsert(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	e := likeEntry(t)
+	const before = 150 * time.Millisecond
+	var began, created time.Time
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now() FROM pg_sleep($1)`, before.Seconds()).Scan(&began); err != nil {
+			return err
+		}
+		id, err := outbox.Insert(ctx, tx.QueryRow, e)
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT created_at FROM outbox WHERE id = $1`, id).Scan(&created)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := created.Sub(began); d < before {
+		t.Errorf("created_at is %s after the transaction began, want at least the %s it spent before the insert", d, before)
+	}
+}
+
+// likeEntry is an outbox entry of a like, with a new event id.
+func likeEntry(t *testing.T) outbox.Entry {
+	t.Helper()
+	rec, err := events.NewRegistry().Marshal(events.LikeCreatedV1{UserID: "u", ProductID: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := outbox.NewEntry("test", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

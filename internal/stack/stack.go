@@ -71,7 +71,12 @@ type Proc struct {
 // Start runs the binary named bin with the current environment plus env,
 // writing its output to logPath.
 func (b *Binaries) Start(bin string, env map[string]string, logPath string) (*Proc, error) {
-	cmd := exec.Command(filepath.Join(b.Dir, bin))
+	return b.StartArgs(bin, nil, env, logPath)
+}
+
+// StartArgs is Start with command-line arguments.
+func (b *Binaries) StartArgs(bin string, args []string, env map[string]string, logPath string) (*Proc, error) {
+	cmd := exec.Command(filepath.Join(b.Dir, bin), args...)
 	cmd.Env = os.Environ()
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -93,6 +98,9 @@ func (b *Binaries) Start(bin string, env map[string]string, logPath string) (*Pr
 	}()
 	return p, nil
 }
+
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
 // Kill stops the process at once, as a crash would: nothing is flushed,
 // committed or released.

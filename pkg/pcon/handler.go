@@ -19,6 +19,12 @@ type Record struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
+	// Received is when the consumer took the record from the client's
+	// fetch, on this process's clock. Against Timestamp (the producer's or
+	// the broker's clock) it says how long the record took to arrive;
+	// against the time a handler finishes, how long it waited and ran here.
+	// It stays the same across the record's retries.
+	Received time.Time
 }
 
 // Header is a record header.

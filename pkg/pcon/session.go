@@ -148,6 +148,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
+	var now time.Time
 	for open := true; open; {
 		if resumed := c.pause.wait(); resumed != nil {
 			select {
@@ -166,6 +167,8 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				open = false
 				continue
 			}
+			// One clock read per fetched run: the run arrived together.
+			now = time.Now()
 			batch = append(batch[:0], m)
 		}
 	drain:
@@ -180,7 +183,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				break drain
 			}
 		}
-		items = c.items(items[:0], batch)
+		items = c.items(items[:0], batch, now)
 		clear(batch)
 		open = c.feed(ctx, tp, epoch, items, claim.HighWaterMarkOffset())
 		clear(items)
@@ -223,8 +226,9 @@ func (c *Consumer) feed(ctx context.Context, tp engine.TP, epoch uint64, items [
 // so slabs stay small.
 const recordSlab = 32
 
-// items appends to dst the control plane's items for msgs.
-func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage) []core.Item {
+// items appends to dst the control plane's items for msgs, received at
+// received.
+func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage, received time.Time) []core.Item {
 	var slab []Record
 	for i, m := range msgs {
 		if len(slab) == 0 {
@@ -234,7 +238,7 @@ func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage) []core
 		slab = slab[1:]
 		*r = Record{
 			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Timestamp: m.Timestamp,
+			Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Received: received,
 		}
 		if len(m.Headers) > 0 {
 			r.Headers = make([]Header, len(m.Headers))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
@@ -452,9 +453,47 @@ func TestSummarize(t *testing.T) {
 			{Service: "outbox-relay", Status: "SUSPECT"},
 		},
 		Groups: []stream.Group{{Name: "product-likes", Lag: 7, Partitions: 3, DeadLetters: lag(3)}},
+		Stages: []stream.Stage{{Name: "outbox"}, {Name: "publish"}, {Name: "broker"}, {Name: "apply"}},
 	}
 	if diff := cmp.Diff(want, stream.Summarize(v)); diff != "" {
 		t.Errorf("Summarize (-want +got):\n%s", diff)
+	}
+}
+
+// TestSummarizeStages: each stage merges the windows of the alive nodes
+// that timed it (two consumers here), leaves out a node that stopped
+// heartbeating, and stays in the list, empty, when nobody timed it.
+func TestSummarizeStages(t *testing.T) {
+	window := func(stage string, ms ...float64) stages.Window {
+		rec, err := stages.NewRecorder(prometheus.NewRegistry(), nil, stage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			rec.Observe(stage, "t", time.Duration(m*float64(time.Millisecond)))
+		}
+		w := rec.Take()[0]
+		w.Seconds = 2
+		return w
+	}
+	v := cluster.View{Nodes: []cluster.Node{
+		{ID: "relay-1", Status: "ALIVE", Latency: []stages.Window{window(stages.Outbox, 1, 1, 1, 1), window(stages.Publish, 2, 2)}},
+		{ID: "relay-0", Status: "DOWN", Latency: []stages.Window{window(stages.Outbox, 900)}},
+		{ID: "c-1", Status: "ALIVE", Latency: []stages.Window{window(stages.Apply, 3, 3, 3)}},
+		{ID: "c-2", Status: "ALIVE", Latency: []stages.Window{window(stages.Apply, 7)}},
+	}}
+	ms := func(f float64) *float64 { return &f }
+	// Quantiles interpolate within a bucket, as histogram_quantile does:
+	// four 1 ms in (0.75, 1] ms put the median at 0.875 ms.
+	want := []stream.Stage{
+		{Name: "outbox", Events: 4, WindowSeconds: 2, AvgMs: ms(1), P50Ms: ms(0.88), P99Ms: ms(1)},
+		{Name: "publish", Events: 2, WindowSeconds: 2, AvgMs: ms(2), P50Ms: ms(1.75), P99Ms: ms(2)},
+		{Name: "broker"},
+		// 3, 3, 3 and 7 ms: the median inside (2.5, 3] ms, the top in (6, 7] ms.
+		{Name: "apply", Events: 4, WindowSeconds: 2, AvgMs: ms(4), P50Ms: ms(2.83), P99Ms: ms(6.96)},
+	}
+	if diff := cmp.Diff(want, stream.Summarize(v).Stages); diff != "" {
+		t.Errorf("stages (-want +got):\n%s", diff)
 	}
 }
 

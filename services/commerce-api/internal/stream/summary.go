@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
 // Cluster supplies what only the running nodes know: which are alive, and
@@ -22,6 +24,24 @@ type Cluster interface {
 type ClusterSummary struct {
 	Nodes  []Node  `json:"nodes"`
 	Groups []Group `json:"groups"`
+	// Stages splits an event's path into the stages of package stages, in
+	// pipeline order, always all four.
+	Stages []Stage `json:"stages"`
+}
+
+// Stage is one stage of an event's path over the alive nodes' last
+// heartbeat windows (CLUSTER_HEARTBEAT_INTERVAL, 2 s by default), each
+// timed by the node that sees it: the relay the outbox and publish stages,
+// the consumers broker and apply. The figures are in milliseconds, null
+// without events; quantiles are read from histogram buckets (package
+// stages' Bounds), so they are as fine as a bucket.
+type Stage struct {
+	Name          string   `json:"name"`
+	Events        uint64   `json:"events"`
+	WindowSeconds float64  `json:"windowSeconds"`
+	AvgMs         *float64 `json:"avgMs"`
+	P50Ms         *float64 `json:"p50Ms"`
+	P99Ms         *float64 `json:"p99Ms"`
 }
 
 // Node is one registered service instance, anonymous: the stream is
@@ -135,9 +155,10 @@ func rates(groups []Group, prev, cur sample) {
 }
 
 // Summarize reduces a cluster view to what the summary shows: nodes that
-// have not left, and per group the owned partitions and their total lag.
+// have not left, per group the owned partitions and their total lag, and
+// the stages the alive nodes timed.
 func Summarize(v cluster.View) ClusterSummary {
-	s := ClusterSummary{Nodes: []Node{}, Groups: []Group{}}
+	s := ClusterSummary{Nodes: []Node{}, Groups: []Group{}, Stages: summarizeStages(v.Nodes)}
 	for _, n := range v.Nodes {
 		if n.Status == "LEFT" {
 			continue
@@ -208,6 +229,41 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 		}
 	}
 	return s, nil
+}
+
+// summarizeStages merges each stage's windows of the alive nodes: a relay
+// on standby or a consumer with no partitions adds nothing, and a node
+// that stopped heartbeating is left out with its stale window.
+func summarizeStages(nodes []cluster.Node) []Stage {
+	out := make([]Stage, 0, len(stages.All))
+	for _, name := range stages.All {
+		var ws []stages.Window
+		for _, n := range nodes {
+			if n.Status != cluster.StatusAlive {
+				continue
+			}
+			for _, w := range n.Latency {
+				if w.Stage == name {
+					ws = append(ws, w)
+				}
+			}
+		}
+		w := stages.Merge(ws...)
+		out = append(out, Stage{
+			Name: name, Events: w.Count, WindowSeconds: w.Seconds,
+			AvgMs: millis(w.Mean()), P50Ms: millis(w.Quantile(.5)), P99Ms: millis(w.Quantile(.99)),
+		})
+	}
+	return out
+}
+
+// millis converts seconds to milliseconds rounded to 0.01 ms; nil for NaN.
+func millis(s float64) *float64 {
+	if math.IsNaN(s) {
+		return nil
+	}
+	ms := math.Round(s*1e5) / 100
+	return &ms
 }
 
 func addTo(sum *int64, n int64) *int64 {

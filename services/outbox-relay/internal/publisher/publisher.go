@@ -90,6 +90,7 @@ type slot struct {
 type result struct {
 	index int
 	err   error
+	at    time.Time // when the outcome arrived: a success's acknowledgement
 }
 
 // Config builds the producer configuration: acks=all, idempotent (which
@@ -129,7 +130,7 @@ func New(brokers []string, sendTimeout time.Duration, reg *events.Registry, logg
 		defer p.done.Done()
 		for m := range producer.Successes() {
 			s := m.Metadata.(slot)
-			s.results <- result{index: s.index}
+			s.results <- result{index: s.index, at: time.Now()}
 		}
 	}()
 	go func() {
@@ -179,6 +180,7 @@ func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.Pro
 // known.
 type Pending struct {
 	out      []error
+	acked    []time.Time
 	arrived  []bool
 	results  chan result
 	pending  int
@@ -213,7 +215,7 @@ func (p *Publisher) Prepare(ctx context.Context, msgs []Message) Prepared {
 // one after the other, in id order, for per-partition order to hold.
 func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
 	n := len(prep.pms)
-	pd := &Pending{out: prep.errs, arrived: make([]bool, n), results: make(chan result, n)}
+	pd := &Pending{out: prep.errs, acked: make([]time.Time, n), arrived: make([]bool, n), results: make(chan result, n)}
 	for i, pm := range prep.pms {
 		if pm == nil {
 			pd.arrived[i] = true
@@ -245,7 +247,7 @@ func (pd *Pending) Wait(ctx context.Context) []error {
 	for pd.pending > 0 {
 		select {
 		case r := <-pd.results:
-			pd.out[r.index], pd.arrived[r.index] = r.err, true
+			pd.out[r.index], pd.acked[r.index], pd.arrived[r.index] = r.err, r.at, true
 			pd.pending--
 			continue
 		case <-timer.C:
@@ -263,4 +265,14 @@ func (pd *Pending) Wait(ctx context.Context) []error {
 		pd.pending = 0
 	}
 	return pd.out
+}
+
+// AckedAt returns when the broker's acknowledgement of message i reached the
+// producer (this process's clock), once Wait has returned; zero for a
+// message that did not succeed.
+func (pd *Pending) AckedAt(i int) time.Time {
+	if pd.out[i] != nil {
+		return time.Time{}
+	}
+	return pd.acked[i]
 }

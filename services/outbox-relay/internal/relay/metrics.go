@@ -7,7 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/stages"
+	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
@@ -17,6 +20,7 @@ type Metrics struct {
 	failed       prometheus.Counter
 	retried      prometheus.Counter
 	passDuration prometheus.Histogram
+	stages       *stages.Recorder // the outbox and publish stages
 }
 
 // NewMetrics registers the relay's collectors on reg. Backlog and the age of
@@ -57,7 +61,29 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, elector *lease.Elect
 			return nil, fmt.Errorf("register relay metrics: %w", err)
 		}
 	}
+	var err error
+	if m.stages, err = stages.NewRecorder(reg, events.NewRegistry().Types(), stages.Outbox, stages.Publish); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// StageWindows returns the outbox and publish stages observed since the
+// previous call, for the cluster registry's heartbeat.
+func (m *Metrics) StageWindows() []stages.Window { return m.stages.Take() }
+
+// observe times the published rows of b (indexes into rows): the outbox
+// stage from the row's insert to the read, both on the database clock; the
+// publish stage from the read being sent to the acknowledgement, both on
+// this process's clock.
+func (m *Metrics) observe(b store.Batch, rows []store.Row, published []int, pd *publisher.Pending) {
+	for _, i := range published {
+		row := rows[i]
+		m.stages.Observe(stages.Outbox, row.EventType, b.Now.Sub(row.CreatedAt))
+		if at := pd.AckedAt(i); !at.IsZero() {
+			m.stages.Observe(stages.Publish, row.EventType, at.Sub(b.Sent))
+		}
+	}
 }
 
 // backlog measures the unpublished rows in the database on each scrape.

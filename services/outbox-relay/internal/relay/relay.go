@@ -41,6 +41,18 @@ type Relay struct {
 	metrics *Metrics
 	logger  *slog.Logger
 	gaps    gaps
+	// wake holds a commit notified since the last read was sent (Notify).
+	wake chan struct{}
+	// last is where the previous pass left the cursor, and under which
+	// lease term: the next pass of the same term starts there without
+	// reading it. Only this node's passes of that term move the cursor
+	// (the advance is fenced), one at a time; a cursor moved under it
+	// anyway (a PostgreSQL crash losing an asynchronous advance) makes the
+	// next advance fail, which forgets it.
+	last struct {
+		cursor, token int64
+		ok            bool
+	}
 
 	// beforeAdvance, when set by a test, runs before each cursor update: it
 	// stands for a process paused between publishing and confirming.
@@ -56,7 +68,17 @@ func NewRelay(cfg Config, st *store.Store, pub *publisher.Publisher, elector *le
 		return nil, fmt.Errorf("relay: batch size, retry interval and max age must be positive, got %d, %s, %s",
 			cfg.BatchSize, cfg.RetryInterval, cfg.MaxAge)
 	}
-	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger}, nil
+	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1)}, nil
+}
+
+// Notify tells a running pass that rows were committed since it last read:
+// a pass that has caught up with the outbox reads again at once, while what
+// it sent is still being confirmed, instead of after that and a new pass.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default: // already told
+	}
 }
 
 // PassResult sums up one pass.
@@ -67,11 +89,12 @@ type PassResult struct {
 	Cursor    int64 // the cursor after the pass
 }
 
-// Pass publishes what is ready after the cursor, batch after batch while the
-// batches come back full (drain). It stops before a gap that may still fill,
-// at a row waiting for its retry time, and at a retriable failure (HOL). A
-// pass of a node that is not leader does nothing.
-func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
+// Pass publishes what is ready after the cursor, batch after batch while
+// reads return rows (drain), each read overlapping the previous batch's
+// confirmation. It stops before a gap that may still fill, at a row waiting
+// for its retry time, and at a retriable failure (HOL). A pass of a node that
+// is not leader does nothing.
+func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 	fence, ok := r.elector.Fence()
 	if !ok {
 		return PassResult{}, nil
@@ -85,16 +108,21 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	ctx, release := graceful(stop, r.cfg.SendTimeout)
 	defer release()
 
-	var res PassResult
-	cursor, err := r.store.Cursor(ctx)
+	cursor, err := r.cursor(ctx, fence)
 	if err != nil {
 		return res, err
 	}
+	r.last.ok = false // until this pass ends without an error
 	res.Cursor = cursor
 	r.gaps.forget(cursor)
 	defer func() {
 		if res.Published+res.Failed > 0 {
 			r.logger.Info("relay completed", "success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
+		}
+	}()
+	defer func() {
+		if err == nil {
+			r.last.cursor, r.last.token, r.last.ok = res.Cursor, fence.Token, true
 		}
 	}()
 	rd := r.startReader(ctx, cursor)
@@ -104,6 +132,7 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		return res, err
 	}
 	cur := r.prepare(ctx, cursor, b, nil)
+	began := time.Now()
 	tail := cur
 	// A pass returns only once everything it prepared is in the producer,
 	// so the next pass's records cannot overtake them.
@@ -113,13 +142,31 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	for {
 		// Pipelining: the reader is already reading ahead; while the batch
 		// in flight is confirmed, the next one is mapped and handed to the
-		// producer. Only a full batch sent entirely can be followed;
-		// anything else ends the drain.
+		// producer. Only a batch sent entirely can be followed; anything
+		// else ends the drain.
 		var (
 			next    *inflight
 			nextErr error
 		)
-		if !finishing && len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
+		sentAll := len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) > 0
+		full := len(cur.rows) == r.cfg.BatchSize
+		read := !finishing && sentAll && full
+		if !finishing && sentAll && !full && time.Since(began) < r.cfg.Interval {
+			// Caught up: a short batch ended the reader's run. A commit
+			// notified while it is being confirmed is read at once, so
+			// that it does not wait for the acknowledgements, the cursor's
+			// advance and another pass. (A pass that never runs dry ends
+			// after the poll interval; a wake-up starts the next at once.)
+			select {
+			case <-r.wake:
+				read = true
+				rd.stop()
+				rd = r.startReader(ctx, cur.rows[len(cur.rows)-1].ID)
+			case <-cur.acked: // and then its advance, after which a
+				// commit notified meanwhile is read (below)
+			}
+		}
+		if read {
 			var nb store.Batch
 			if nb, nextErr = rd.next(ctx); nextErr == nil {
 				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb, cur)
@@ -146,10 +193,11 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 			return res, nil
 		case next != nil:
 			cur = next
-		case cur.newGap && !rereadGap && !finishing:
-			// A new gap can settle only in a later snapshot: read again
-			// at once instead of waiting for the next pass.
-			rereadGap = true
+		case cur.newGap && !rereadGap && !finishing, !finishing && time.Since(began) < r.cfg.Interval && r.woken():
+			// A new gap can settle only in a later snapshot, and a commit
+			// notified while the batch was confirmed is not in this read:
+			// read again at once instead of waiting for the next pass.
+			rereadGap = rereadGap || cur.newGap
 			rd.stop()
 			rd = r.startReader(ctx, cursor)
 			if b, err = rd.next(ctx); err != nil {
@@ -167,6 +215,26 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 	}
 }
 
+// woken reports, once, whether a commit was notified since the last read
+// was sent.
+func (r *Relay) woken() bool {
+	select {
+	case <-r.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// cursor returns where a pass of lease term f starts: where the previous
+// pass of the same term left the cursor, or else the cursor as stored.
+func (r *Relay) cursor(ctx context.Context, f store.Fence) (int64, error) {
+	if r.last.ok && r.last.token == f.Token {
+		return r.last.cursor, nil
+	}
+	return r.store.Cursor(ctx)
+}
+
 // graceful returns a context that ends grace after ctx ends.
 func graceful(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	out, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -179,11 +247,13 @@ func graceful(ctx context.Context, grace time.Duration) (context.Context, contex
 
 // inflight is a batch read and handed to the producer, not yet confirmed.
 type inflight struct {
-	batch  store.Batch
-	rows   []store.Row             // the sendable prefix of batch.Rows
-	sent   chan *publisher.Pending // receives the batch once handed to the producer
-	fed    chan struct{}           // closed once the batch is handed to the producer
-	newGap bool                    // the prefix ends at a gap first seen in this read
+	batch   store.Batch
+	rows    []store.Row        // the sendable prefix of batch.Rows
+	fed     chan struct{}      // closed once the batch is handed to the producer
+	acked   chan struct{}      // closed once its outcomes are in (errs, pending)
+	pending *publisher.Pending // the batch in the producer
+	errs    []error            // the outcome of each row
+	newGap  bool               // the prefix ends at a gap first seen in this read
 }
 
 // prepare takes the sendable prefix of b, read after id `after`, and hands it
@@ -198,18 +268,21 @@ func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *i
 			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
 		}
 	}
-	in := &inflight{batch: b, rows: rows, sent: make(chan *publisher.Pending, 1), fed: make(chan struct{}), newGap: r.gaps.recorded}
+	in := &inflight{batch: b, rows: rows, fed: make(chan struct{}), acked: make(chan struct{}), newGap: r.gaps.recorded}
 	// Mapping to CloudEvents records is the costly step; it runs while the
 	// previous batch is being confirmed. Feeding the producer waits for the
 	// previous batch to be fed, so records enter it in id order.
 	go func() {
+		defer close(in.acked)
 		prep := r.pub.Prepare(ctx, msgs)
 		if prev != nil {
 			<-prev.fed
 		}
-		pd := r.pub.Feed(ctx, prep)
+		in.pending = r.pub.Feed(ctx, prep)
 		close(in.fed)
-		in.sent <- pd
+		if len(rows) > 0 {
+			in.errs = in.pending.Wait(ctx)
+		}
 	}()
 	return in
 }
@@ -229,6 +302,11 @@ type readResult struct {
 }
 
 func (r *Relay) startReader(ctx context.Context, after int64) *reader {
+	// The read sees every commit notified so far.
+	select {
+	case <-r.wake:
+	default:
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	rd := &reader{results: make(chan readResult, 1), cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -318,16 +396,16 @@ func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) ([]uint6
 // batch, fenced. It reports false when a retriable failure stopped the pass.
 func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, in *inflight) (bool, error) {
 	b, rows := in.batch, in.rows
-	pending := <-in.sent
+	<-in.acked
 	if len(rows) == 0 {
 		return true, nil
 	}
-	errs := pending.Wait(ctx)
+	errs := in.errs
 
 	from, to := res.Cursor, res.Cursor
 	var (
 		failed    []store.Failure
-		published int
+		published []int // indexes in rows
 		hol       *store.Row
 		holErr    error
 	)
@@ -335,7 +413,7 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 		err := errs[i]
 		switch {
 		case err == nil:
-			published++
+			published = append(published, i)
 		case publisher.Unpublishable(err):
 			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, service.ErrKey, err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
@@ -358,10 +436,11 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 			return false, err
 		}
 		res.Cursor = to
-		res.Published += published
+		res.Published += len(published)
 		res.Failed += len(failed)
-		r.metrics.published.Add(float64(published))
+		r.metrics.published.Add(float64(len(published)))
 		r.metrics.failed.Add(float64(len(failed)))
+		r.metrics.observe(b, rows, published, in.pending)
 	}
 	if hol == nil {
 		return true, nil

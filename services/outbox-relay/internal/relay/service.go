@@ -54,6 +54,8 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	if err != nil {
 		return nil, err
 	}
+	// The heartbeat carries the stages this node times to the live page.
+	member.WatchStages(metrics.StageWindows)
 	return &Service{
 		cfg: cfg, logger: logger, store: st, elector: elector, relay: r, member: member,
 		kick: make(chan struct{}, 1),
@@ -149,6 +151,7 @@ func (s *Service) passes(ctx context.Context) {
 }
 
 func (s *Service) notified() {
+	s.relay.Notify()
 	select {
 	case s.kick <- struct{}{}:
 	default: // a wake-up is already pending; this commit rides on it

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -61,5 +62,37 @@ func TestPurgeDeletesOnlyOldPublishedRows(t *testing.T) {
 	}
 	if len(left) != len(kept) || left[0] != kept[0] || left[1] != kept[1] {
 		t.Errorf("rows left %v, want %v", left, kept)
+	}
+}
+
+// TestAdvanceCommitsAsynchronouslyAlone: Advance moves the cursor (or, from
+// the wrong position, nothing), and its asynchronous commit setting ends
+// with its transaction: the lease and retry writes that follow on the same
+// connection commit synchronously.
+func TestAdvanceCommitsAsynchronouslyAlone(t *testing.T) {
+	t.Parallel()
+	env := relaytest.New(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, env.URL, pg.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	token, ok, err := st.AcquireLease(ctx, "outbox-relay", "n1", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	f := store.Fence{Lease: "outbox-relay", Owner: "n1", Token: token}
+	if err := st.Advance(ctx, f, 0, 5, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Advance(ctx, f, 0, 9, nil); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("advance from a stale position: %v, want ErrFenced", err)
+	}
+	if c := env.Cursor(t); c != 5 {
+		t.Errorf("cursor %d, want 5", c)
+	}
+	if v, err := st.Setting(ctx, "synchronous_commit"); err != nil || v != "on" {
+		t.Errorf("synchronous_commit after Advance on its connection: %q (%v), want on", v, err)
 	}
 }

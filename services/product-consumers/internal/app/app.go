@@ -61,6 +61,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if err != nil {
 		return err
 	}
+	member.WatchStages(h.StageWindows)
 	// Heartbeats go on while the consumers drain; Leave (deferred, so after
 	// they stopped and released their partitions) ends them.
 	member.Start(context.WithoutCancel(ctx))

@@ -218,6 +218,15 @@ func TestConsumersAggregate(t *testing.T) {
 		`pcon_dead_lettered_total{consumer="like",group="product-like-consumer",partition=`,
 		`product_consumer_events_total{consumer="order",outcome="duplicate"} 1`,
 		`product_consumer_events_total{consumer="view",outcome="applied"} 5`,
+		// Every event handled, redeliveries included, is timed once
+		// through the broker and once to its commit; dead letters are not.
+		`event_stage_seconds_count{stage="broker",type="loopers.order.paid.v1"} 3`,
+		`event_stage_seconds_count{stage="apply",type="loopers.order.paid.v1"} 3`,
+		`event_stage_seconds_count{stage="apply",type="loopers.product.viewed.v1"} 6`,
+		`event_stage_seconds_count{stage="apply",type="loopers.like.created.v1"} 4`,
+		`event_stage_seconds_count{stage="apply",type="loopers.like.canceled.v1"} 1`,
+		`event_stage_seconds_count{stage="apply",type="loopers.stock.depleted.v1"} 1`,
+		`event_stage_seconds_count{stage="apply",type="other"} 0`,
 	} {
 		if !strings.Contains(string(body), series) {
 			t.Errorf("/metrics lacks %s", series)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
@@ -72,6 +73,7 @@ type Handlers struct {
 	// invalidateFailed counts invalidations after a commit that failed:
 	// those products' pages may be served stale for up to the cache's TTL.
 	invalidateFailed prometheus.Counter
+	stages           *stages.Recorder // the broker and apply stages
 	horizon          time.Duration
 	now              func() time.Time
 	issued           atomic.Int64 // the highest outbox id known to be issued
@@ -99,7 +101,29 @@ func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome, invalidateFailed: failed, horizon: horizon, now: time.Now}, nil
+	rec, err := stages.NewRecorder(metrics, reg.Types(), stages.Broker, stages.Apply)
+	if err != nil {
+		return nil, err
+	}
+	return &Handlers{reg: reg, store: st, cache: cache, logger: logger, outcome: outcome, invalidateFailed: failed, stages: rec, horizon: horizon, now: time.Now}, nil
+}
+
+// StageWindows returns the broker and apply stages observed since the
+// previous call, for the cluster registry's heartbeat.
+func (h *Handlers) StageWindows() []stages.Window { return h.stages.Take() }
+
+// timed records the stages of a record of type typ whose effect committed
+// at done: broker from the record's timestamp (the producer's clock, to the
+// millisecond) to its fetch, and apply from the fetch to done, both on this
+// process's clock.
+func (h *Handlers) timed(r *pcon.Record, typ string, done time.Time) {
+	if r.Received.IsZero() {
+		return
+	}
+	if !r.Timestamp.IsZero() {
+		h.stages.Observe(stages.Broker, typ, r.Received.Sub(r.Timestamp))
+	}
+	h.stages.Observe(stages.Apply, typ, done.Sub(r.Received))
 }
 
 // invalidate drops the cached pages of products whose aggregates a commit
@@ -200,11 +224,23 @@ func (h *Handlers) issuedSequence(ctx context.Context, m events.Message) error {
 	if err != nil {
 		return err // retried: the database decides, not this guess
 	}
-	h.issued.Store(issued)
+	h.learnIssued(issued)
 	if m.Sequence > issued {
 		return pcon.Permanent(fmt.Errorf("event %s: %w: sequence %d is beyond the highest outbox id issued (%d)", m.ID, events.ErrBadData, m.Sequence, issued))
 	}
 	return nil
+}
+
+// learnIssued raises the highest outbox id known to be issued to id. Each
+// like batch learns it with its writes, so that the next batch's sequences,
+// mostly issued before that, need no query of their own.
+func (h *Handlers) learnIssued(id int64) {
+	for {
+		cur := h.issued.Load()
+		if id <= cur || h.issued.CompareAndSwap(cur, id) {
+			return
+		}
+	}
 }
 
 // storeErr makes the database's refusal of the data itself (SQLSTATE
@@ -247,6 +283,7 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	if err != nil {
 		return storeErr(err)
 	}
+	h.timed(r, msg.Type, time.Now())
 	if !applied {
 		h.logger.Debug("event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
 		h.count(Order, "duplicate", 1)
@@ -274,16 +311,17 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 	if err := h.cache.Invalidate(ctx, depleted.ProductID); err != nil {
 		return fmt.Errorf("invalidate product %d: %w", depleted.ProductID, err)
 	}
+	h.timed(r, msg.Type, time.Now())
 	h.count(Stock, "applied", 1)
 	return nil
 }
 
 // decodeBatch decodes every record of a batch; those that fail are reported
-// by index in failed, the others returned with their index. A batch holds
+// by index in failed, the others returned with their records. A batch holds
 // runs of a product's records in order; once one of a product's records
 // failed, pcon runs the product's later records of the batch again after
 // it, so they are left out here instead of being applied twice.
-func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) error) (ok []events.Message, failed map[int]error) {
+func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept func(events.Message) error) (ok []events.Message, recs []*pcon.Record, failed map[int]error) {
 	failed = map[int]error{}
 	var broken map[string]bool // record keys with a failed record in this batch
 	for i, r := range rs {
@@ -302,9 +340,9 @@ func (h *Handlers) decodeBatch(ctx context.Context, rs []*pcon.Record, accept fu
 			broken[string(r.Key)] = true
 			continue
 		}
-		ok = append(ok, msg)
+		ok, recs = append(ok, msg), append(recs, r)
 	}
-	return ok, failed
+	return ok, recs, failed
 }
 
 func batchResult(failed map[int]error) error {
@@ -315,23 +353,29 @@ func batchResult(failed map[int]error) error {
 }
 
 func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
-	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
+	msgs, recs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
 		if _, ok := m.Event.(events.ProductViewedV1); !ok {
 			return unexpected(m)
 		}
 		return nil
 	})
 	views := make([]store.View, 0, len(msgs))
-	for _, m := range msgs {
+	viewed := make([]int, 0, len(msgs)) // indexes in msgs
+	for i, m := range msgs {
 		if h.expired(View, m) {
 			continue
 		}
 		views = append(views, store.View{IdempotencyKey: idempotencyKey(ViewGroup, m), ProductID: m.Event.(events.ProductViewedV1).ProductID})
+		viewed = append(viewed, i)
 	}
 	if len(views) > 0 {
 		applied, err := h.store.ApplyViews(ctx, views)
 		if err != nil {
 			return storeErr(err) // every record of the batch is retried, alone
+		}
+		done := time.Now()
+		for _, i := range viewed {
+			h.timed(recs[i], msgs[i].Type, done)
 		}
 		h.count(View, "applied", applied)
 		h.count(View, "duplicate", len(views)-applied)
@@ -343,7 +387,7 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 }
 
 func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
-	msgs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
+	msgs, recs, failed := h.decodeBatch(ctx, rs, func(m events.Message) error {
 		switch m.Event.(type) {
 		case events.LikeCreatedV1, events.LikeCanceledV1:
 			return h.issuedSequence(ctx, m)
@@ -363,6 +407,11 @@ func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
 		res, err := h.store.ApplyLikes(ctx, changes)
 		if err != nil {
 			return storeErr(err)
+		}
+		done := time.Now()
+		h.learnIssued(res.Issued)
+		for i, r := range recs {
+			h.timed(r, msgs[i].Type, done)
 		}
 		h.count(Like, "applied", res.Transitions)
 		h.count(Like, "duplicate", len(changes)-res.Transitions)

@@ -7,7 +7,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -64,6 +63,11 @@ type Sale struct {
 // ApplyOrderPaid adds an order's sales to product_metrics unless the event
 // with this idempotency key was already handled; the idempotency record and
 // the sales commit together. It reports whether the sales were applied.
+//
+// One statement does it all, so it costs one round trip and is its own
+// transaction: the sales are written only when the idempotency record was
+// new (a concurrent redelivery waits on the record's unique key and then
+// writes nothing).
 func (s *Store) ApplyOrderPaid(ctx context.Context, idempotencyKey string, sales []Sale) (applied bool, err error) {
 	byProduct := map[int64]Sale{}
 	for _, sl := range sales {
@@ -71,26 +75,29 @@ func (s *Store) ApplyOrderPaid(ctx context.Context, idempotencyKey string, sales
 		byProduct[sl.ProductID] = Sale{ProductID: sl.ProductID, Quantity: t.Quantity + sl.Quantity, Amount: t.Amount + sl.Amount}
 	}
 	merged := sortedValues(byProduct, func(s Sale) int64 { return s.ProductID })
-	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `INSERT INTO event_handled (idempotency_key) VALUES ($1) ON CONFLICT DO NOTHING`, idempotencyKey)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		applied = true
-		ids, qty, amount := make([]int64, len(merged)), make([]int64, len(merged)), make([]int64, len(merged))
-		for i, sl := range merged {
-			ids[i], qty[i], amount[i] = sl.ProductID, sl.Quantity, sl.Amount
-		}
-		_, err = tx.Exec(ctx, `
+	ids, qty, amount := make([]int64, len(merged)), make([]int64, len(merged)), make([]int64, len(merged))
+	for i, sl := range merged {
+		ids[i], qty[i], amount[i] = sl.ProductID, sl.Quantity, sl.Amount
+	}
+	var n int
+	err = s.db.Pool.QueryRow(ctx, `
+		WITH handled AS (
+			INSERT INTO event_handled (idempotency_key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1
+		), sales AS (
 			INSERT INTO product_metrics AS m (product_id, sales_count, sales_amount)
-			SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+			SELECT u.id, u.qty, u.amount FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, qty, amount)
+			WHERE EXISTS (SELECT 1 FROM handled)
+			ORDER BY u.id
 			ON CONFLICT (product_id) DO UPDATE
 			SET sales_count = m.sales_count + EXCLUDED.sales_count,
 			    sales_amount = m.sales_amount + EXCLUDED.sales_amount,
-			    updated_at = now()`, ids, qty, amount)
-		return err
-	})
-	return applied, err
+			    updated_at = now()
+		)
+		SELECT count(*) FROM handled`, idempotencyKey, ids, qty, amount).Scan(&n)
+	if err != nil {
+		return false, pg.MapErr(err)
+	}
+	return n == 1, nil
 }
 
 // View is one product view event.
@@ -101,36 +108,35 @@ type View struct {
 
 // ApplyViews records a batch of views in one transaction: it inserts the
 // idempotency records and adds to view_count only the views whose record was
-// new. It returns how many views were applied.
+// new. It returns how many views were applied. One statement does it all:
+// one round trip, its own transaction.
 func (s *Store) ApplyViews(ctx context.Context, views []View) (applied int, err error) {
-	productOf := make(map[string]int64, len(views))
+	seen := make(map[string]bool, len(views))
 	keys := make([]string, 0, len(views))
+	products := make([]int64, 0, len(views))
 	for _, v := range views {
-		if _, dup := productOf[v.IdempotencyKey]; !dup {
-			productOf[v.IdempotencyKey] = v.ProductID
-			keys = append(keys, v.IdempotencyKey)
+		if !seen[v.IdempotencyKey] {
+			seen[v.IdempotencyKey] = true
+			keys, products = append(keys, v.IdempotencyKey), append(products, v.ProductID)
 		}
 	}
-	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
-		applied = 0
-		rows, err := tx.Query(ctx, `
-			INSERT INTO event_handled (idempotency_key) SELECT unnest($1::text[])
-			ON CONFLICT DO NOTHING RETURNING idempotency_key`, keys)
-		if err != nil {
-			return err
-		}
-		fresh, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		counts := map[int64]int64{}
-		for _, k := range fresh {
-			counts[productOf[k]]++
-		}
-		applied = len(fresh)
-		return addToCounter(ctx, tx, viewCount, counts)
-	})
-	return applied, err
+	err = s.db.Pool.QueryRow(ctx, `
+		WITH input AS (
+			SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(idempotency_key, product_id)
+		), fresh AS (
+			INSERT INTO event_handled (idempotency_key) SELECT idempotency_key FROM input
+			ON CONFLICT DO NOTHING RETURNING idempotency_key
+		), counts AS (
+			SELECT i.product_id, count(*) AS n FROM fresh f JOIN input i USING (idempotency_key)
+			GROUP BY i.product_id
+		), views AS (
+			`+addTo(viewCount, `SELECT product_id, n FROM counts`)+`
+		)
+		SELECT count(*) FROM fresh`, keys, products).Scan(&applied)
+	if err != nil {
+		return 0, pg.MapErr(err)
+	}
+	return applied, nil
 }
 
 // LikeChange is a like (Liked) or cancel (!Liked) of a product by a user,
@@ -147,6 +153,10 @@ type LikeChange struct {
 // one transaction. A change not newer than the stored state (a redelivery or
 // a reordered event) changes nothing. Within the batch only the newest change
 // per (user, product) counts.
+//
+// The products' locks, the state and the counts go to the server in one
+// batch: one round trip, one implicit transaction (a failure anywhere rolls
+// all of it back).
 func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res LikesApplied, err error) {
 	type userProduct struct {
 		user    string
@@ -171,38 +181,47 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res Likes
 		users[i], products[i], liked[i], seqs[i] = c.UserID, c.ProductID, c.Liked, c.Sequence
 	}
 	productIDs := slices.Compact(slices.Clone(products))
-	err = s.db.InTx(ctx, func(tx pgx.Tx) error {
-		res = LikesApplied{Delta: map[int64]int64{}}
-		// While partitions move between group members, two members can briefly
-		// handle the same product. Serialising per product makes the state read
-		// below the one the update replaces, including for rows not yet there
-		// (which a row lock cannot cover). Sorted ids cannot deadlock.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($2::int4, id::int4) FROM unnest($1::bigint[]) AS id`,
-			hashIDs(productIDs), int32(pg.LikeStateLock)); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `
-			WITH input AS (
-				SELECT * FROM unnest($1::text[], $2::bigint[], $3::bool[], $4::bigint[])
-					AS t(user_id, product_id, liked, sequence)
-			), old AS (
-				SELECT s.user_id, s.product_id, s.liked
-				FROM product_like_state s JOIN input i USING (user_id, product_id)
-			), up AS (
-				INSERT INTO product_like_state AS s (user_id, product_id, liked, sequence)
-				SELECT user_id, product_id, liked, sequence FROM input
-				ON CONFLICT (user_id, product_id) DO UPDATE
-				SET liked = EXCLUDED.liked, sequence = EXCLUDED.sequence, updated_at = now()
-				WHERE s.sequence < EXCLUDED.sequence
-				RETURNING s.user_id, s.product_id, s.liked
-			)
+	b := &pgx.Batch{}
+	// While partitions move between group members, two members can briefly
+	// handle the same product. Serialising per product makes the state read
+	// below the one the update replaces, including for rows not yet there
+	// (which a row lock cannot cover). Sorted ids cannot deadlock.
+	b.Queue(`SELECT pg_advisory_xact_lock($2::int4, id::int4) FROM unnest($1::bigint[]) AS id`, hashIDs(productIDs), int32(pg.LikeStateLock))
+	b.Queue(`
+		WITH input AS (
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bool[], $4::bigint[])
+				AS t(user_id, product_id, liked, sequence)
+		), old AS (
+			SELECT s.user_id, s.product_id, s.liked
+			FROM product_like_state s JOIN input i USING (user_id, product_id)
+		), up AS (
+			INSERT INTO product_like_state AS s (user_id, product_id, liked, sequence)
+			SELECT user_id, product_id, liked, sequence FROM input
+			ON CONFLICT (user_id, product_id) DO UPDATE
+			SET liked = EXCLUDED.liked, sequence = EXCLUDED.sequence, updated_at = now()
+			WHERE s.sequence < EXCLUDED.sequence
+			RETURNING s.user_id, s.product_id, s.liked
+		), moved AS (
 			SELECT up.product_id,
 			       sum(CASE WHEN up.liked = coalesce(old.liked, false) THEN 0
-			                WHEN up.liked THEN 1 ELSE -1 END)::bigint,
-			       count(*) FILTER (WHERE up.liked <> coalesce(old.liked, false))
+			                WHEN up.liked THEN 1 ELSE -1 END)::bigint AS delta,
+			       count(*) FILTER (WHERE up.liked <> coalesce(old.liked, false)) AS transitions
 			FROM up LEFT JOIN old USING (user_id, product_id)
 			GROUP BY up.product_id
-			ORDER BY up.product_id`, users, products, liked, seqs)
+		), likes AS (
+			`+addTo(likeCount, `SELECT product_id, delta FROM moved WHERE delta <> 0`)+`
+		)
+		SELECT product_id, delta, transitions FROM moved ORDER BY product_id`, users, products, liked, seqs)
+	// The outbox's last issued id, read in the same round trip, lets the
+	// caller check the next batch's sequences without asking again.
+	b.Queue(`SELECT last_value FROM outbox_id_seq`)
+	res = LikesApplied{Delta: map[int64]int64{}}
+	br := s.db.Pool.SendBatch(ctx, b)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
@@ -219,15 +238,22 @@ func (s *Store) ApplyLikes(ctx context.Context, changes []LikeChange) (res Likes
 				res.Delta[m.Product] = m.Delta
 			}
 		}
-		return addToCounter(ctx, tx, likeCount, res.Delta)
-	})
-	return res, err
+		return br.QueryRow().Scan(&res.Issued)
+	}()
+	if closeErr := br.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return LikesApplied{}, pg.MapErr(err)
+	}
+	return res, nil
 }
 
 // LikesApplied is what ApplyLikes changed.
 type LikesApplied struct {
 	Delta       map[int64]int64 // like_count change per product, zero changes left out
 	Transitions int             // (user, product) states that flipped
+	Issued      int64           // the outbox's last issued id, read in the same transaction
 }
 
 // PurgeHandled deletes idempotency records older than maxAge, chunk rows per
@@ -243,7 +269,7 @@ func (s *Store) PurgeHandled(ctx context.Context, maxAge time.Duration, chunk in
 	return n, nil
 }
 
-// counter is a product_metrics column that addToCounter may add to.
+// counter is a product_metrics column that addTo may add to.
 type counter string
 
 const (
@@ -251,21 +277,15 @@ const (
 	likeCount counter = "like_count"
 )
 
-// addToCounter adds delta[product] to column for each product, creating
-// missing rows. Rows are upserted in product id order, the order every
-// metrics writer uses, so concurrent writers cannot deadlock.
-func addToCounter(ctx context.Context, tx pgx.Tx, column counter, delta map[int64]int64) error {
-	ids := slices.Sorted(maps.Keys(delta))
-	n := make([]int64, len(ids))
-	for i, id := range ids {
-		n[i] = delta[id]
-	}
-	_, err := tx.Exec(ctx, `
-		INSERT INTO product_metrics AS m (product_id, `+string(column)+`)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[])
-		ON CONFLICT (product_id) DO UPDATE
-		SET `+string(column)+` = m.`+string(column)+` + EXCLUDED.`+string(column)+`, updated_at = now()`, ids, n)
-	return err
+// addTo is the upsert that adds to column the (product_id, n) rows of the
+// query rows, creating missing rows. Rows are upserted in product id order,
+// the order every metrics writer uses, so concurrent writers cannot
+// deadlock.
+func addTo(column counter, rows string) string {
+	return `INSERT INTO product_metrics AS m (product_id, ` + string(column) + `)
+			SELECT * FROM (` + rows + `) AS r ORDER BY 1
+			ON CONFLICT (product_id) DO UPDATE
+			SET ` + string(column) + ` = m.` + string(column) + ` + EXCLUDED.` + string(column) + `, updated_at = now()`
 }
 
 // hashIDs folds product ids into the int4 space of two-key advisory locks,

@@ -151,6 +151,10 @@ func TestApplyLikes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s, conn := open(t)
+			const issued = 4242
+			if _, err := conn.Exec(ctx, `SELECT setval('outbox_id_seq', $1)`, issued); err != nil {
+				t.Fatal(err)
+			}
 			for i, st := range tc.steps {
 				res, err := s.ApplyLikes(ctx, st.batch)
 				if err != nil {
@@ -158,6 +162,9 @@ func TestApplyLikes(t *testing.T) {
 				}
 				if diff := cmp.Diff(st.wantDelta, res.Delta); diff != "" {
 					t.Errorf("step %d delta mismatch (-want +got):\n%s", i, diff)
+				}
+				if res.Issued != issued {
+					t.Errorf("step %d: the outbox's last issued id read as %d, want %d", i, res.Issued, issued)
 				}
 			}
 			got := map[int64]int64{}

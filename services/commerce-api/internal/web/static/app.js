@@ -7,7 +7,15 @@ const HISTORY = 60;            // chart points (one summary a second)
 const STALE_MS = 5000;         // no frame for this long: the stream is dead
 
 const products = new Map();    // id -> {id, name, likeCount, salesCount, viewCount, ...}
-const history = [];            // {eps, lag}
+const history = [];            // {eps, stages: {name: avg ms}}
+// The stages of an event's path, in order, with their chart colours (the
+// legend's in style.css).
+const STAGES = [
+  { name: "outbox", color: "#8f7cff" },
+  { name: "publish", color: "#ffb020" },
+  { name: "broker", color: "#3ecf8e" },
+  { name: "apply", color: "#ff6b8b" },
+];
 const $ = (id) => document.getElementById(id);
 
 // ---- connection ---------------------------------------------------------
@@ -143,10 +151,26 @@ function showSummary(s) {
     }));
   }
   const eps = s.eventsPerSec;
-  history.push({ eps, lag: s.lagMaxMs });
+  const stages = {};
+  for (const st of (c && c.stages) || []) stages[st.name] = st;
+  history.push({ eps, stages: Object.fromEntries(STAGES.map((st) => [st.name, stages[st.name] ? stages[st.name].avgMs : null])) });
   if (history.length > HISTORY) history.shift();
-  $("chart-now").textContent = `${eps.toFixed(1)} order and view events/s · lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
+  $("chart-now").textContent = `${eps.toFixed(1)} order and view events/s · end-to-end lag ${ms(s.lagMaxMs)} (max, avg ${ms(s.lagAvgMs)})`;
+  showStages(stages);
   drawChart();
+}
+
+// fine prints a stage figure in ms with the precision it has.
+function fine(n) { return n == null ? "–" : n < 10 ? `${n.toFixed(2)} ms` : ms(Math.round(n)); }
+
+function showStages(stages) {
+  for (const tr of $("stages").children) {
+    const st = stages[tr.dataset.stage];
+    const cells = tr.children;
+    cells[2].textContent = st ? fine(st.p50Ms) : "–";
+    cells[3].textContent = st ? fine(st.p99Ms) : "–";
+    cells[4].textContent = st ? st.events : "–";
+  }
 }
 
 // nodesText counts alive nodes per service: "3 / 3 (api 1, relay 2)".
@@ -166,10 +190,7 @@ function drawChart() {
   g.setTransform(dpr, 0, 0, dpr, 0, 0);
   g.clearRect(0, 0, w, h);
   const pad = 24, step = (w - 2 * pad) / (HISTORY - 1);
-  const series = [
-    { key: "eps", color: "#4fb3ff", unit: "/s", side: pad },
-    { key: "lag", color: "#ffb020", unit: " ms", side: w - pad },
-  ];
+  const xOf = (i) => pad + (HISTORY - history.length + i) * step;
   g.strokeStyle = "#2a3340";
   g.lineWidth = 1;
   for (let i = 0; i <= 4; i++) {
@@ -177,24 +198,45 @@ function drawChart() {
     g.beginPath(); g.moveTo(pad, y); g.lineTo(w - pad, y); g.stroke();
   }
   g.font = "11px system-ui";
-  for (const s of series) {
-    const top = Math.max(1, ...history.map((p) => p[s.key] || 0)) * 1.1;
-    g.strokeStyle = s.color;
-    g.lineWidth = 2;
+
+  // The stages' averages, stacked (right axis): each band is a stage, the
+  // top of the stack about the end to end (publish and broker overlap by
+  // the produce round trip). A summary without a stage draws it as 0.
+  const stacks = history.map((p) => {
+    let sum = 0;
+    return STAGES.map((st) => (sum += p.stages[st.name] || 0));
+  });
+  const msTop = Math.max(1, ...stacks.map((s) => s[s.length - 1])) * 1.1;
+  const yMs = (v) => h - pad - (h - 2 * pad) * v / msTop;
+  STAGES.forEach((st, k) => {
+    if (history.length < 2) return;
+    g.fillStyle = st.color;
     g.beginPath();
-    let pen = false;
-    history.forEach((p, i) => {
-      if (p[s.key] == null) { pen = false; return; }
-      const x = pad + (HISTORY - history.length + i) * step;
-      const y = h - pad - (h - 2 * pad) * p[s.key] / top;
-      pen ? g.lineTo(x, y) : g.moveTo(x, y);
-      pen = true;
-    });
-    g.stroke();
-    g.fillStyle = s.color;
-    g.textAlign = s.side === pad ? "left" : "right";
-    g.fillText(Math.round(top) + s.unit, s.side, pad - 8);
-  }
+    stacks.forEach((s, i) => (i ? g.lineTo(xOf(i), yMs(s[k])) : g.moveTo(xOf(i), yMs(s[k]))));
+    for (let i = stacks.length - 1; i >= 0; i--) g.lineTo(xOf(i), yMs(k ? stacks[i][k - 1] : 0));
+    g.closePath();
+    g.fill();
+  });
+  g.fillStyle = "#e6e9ee";
+  g.textAlign = "right";
+  g.fillText(`${msTop < 10 ? msTop.toFixed(1) : Math.round(msTop)} ms`, w - pad, pad - 8);
+
+  // Events per second (left axis), over the bands.
+  const epsTop = Math.max(1, ...history.map((p) => p.eps || 0)) * 1.1;
+  g.strokeStyle = "#4fb3ff";
+  g.lineWidth = 2;
+  g.beginPath();
+  let pen = false;
+  history.forEach((p, i) => {
+    if (p.eps == null) { pen = false; return; }
+    const y = h - pad - (h - 2 * pad) * p.eps / epsTop;
+    pen ? g.lineTo(xOf(i), y) : g.moveTo(xOf(i), y);
+    pen = true;
+  });
+  g.stroke();
+  g.fillStyle = "#4fb3ff";
+  g.textAlign = "left";
+  g.fillText(Math.round(epsTop) + "/s", pad, pad - 8);
 }
 
 // ---- actions ------------------------------------------------------------

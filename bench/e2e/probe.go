@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/loopers/commerce-pipeline/internal/stack"
+	"github.com/loopers/commerce-pipeline/internal/stages"
+)
+
+// probe reads what the pipeline's processes spent and timed: the CPU time
+// of each process (and of the PostgreSQL backends serving the benchmark's
+// database) from /proc, and the stage histograms from the services'
+// /metrics. Two readings, before and after a measured window, give what the
+// window cost and how its events' time split into stages.
+type probe struct {
+	procs   []*stack.Proc
+	metrics []string // /metrics URLs of the processes that time stages
+	conn    *pgx.Conn
+}
+
+// reading is one probe of the pipeline.
+type reading struct {
+	cpu      map[string]float64 // seconds, by process name
+	backends map[int]float64    // PostgreSQL backend pid → seconds
+	stages   map[string]stages.Window
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux
+// whatever the kernel's own tick rate.
+const clockTicks = 100
+
+// cpuSeconds reads utime + stime of a process from /proc/<pid>/stat.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// the fields after it are plain. utime and stime are fields 14 and 15.
+	rest := b[bytes.LastIndexByte(b, ')')+2:]
+	f := strings.Fields(string(rest))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return float64(ut+st) / clockTicks, nil
+}
+
+// read takes a reading. It must not run while another goroutine uses conn.
+func (p *probe) read(ctx context.Context) (reading, error) {
+	r := reading{cpu: map[string]float64{}, backends: map[int]float64{}, stages: map[string]stages.Window{}}
+	for _, pr := range p.procs {
+		s, err := cpuSeconds(pr.Pid())
+		if err != nil {
+			return r, fmt.Errorf("cpu of %s: %w", pr.Name, err)
+		}
+		r.cpu[pr.Name] = s
+	}
+	// The backends of the benchmark's own connection (this one) are not the
+	// pipeline. A server on another machine has no /proc here: then there
+	// are no backends to count, and the table says so.
+	rows, err := p.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return r, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return r, err
+	}
+	for _, pid := range pids {
+		if s, err := cpuSeconds(int(pid)); err == nil {
+			r.backends[int(pid)] = s
+		}
+	}
+	for _, u := range p.metrics {
+		ws, err := scrapeStages(ctx, u)
+		if err != nil {
+			return r, err
+		}
+		for name, w := range ws {
+			r.stages[name] = stages.Merge(r.stages[name], w)
+		}
+	}
+	return r, nil
+}
+
+func scrapeStages(ctx context.Context, url string) (map[string]stages.Window, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	mf, ok := fams["event_stage_seconds"]
+	if !ok {
+		return map[string]stages.Window{}, nil
+	}
+	return stages.FromMetricFamily(mf)
+}
+
+// report prints how the window's events split into stages, next to the end
+// to end, and what the window cost in CPU per 1,000 events.
+func report(names []string, before, after reading, events int64, e2e func(q float64) time.Duration, e2eMean time.Duration) {
+	fmt.Println()
+	fmt.Println("| stage (timed by) | p50 | p99 | mean | events |")
+	fmt.Println("|---|---|---|---|---|")
+	what := map[string]string{
+		stages.Outbox:  "outbox: insert → relay read (database clock)",
+		stages.Publish: "publish: relay read → Kafka ack (relay clock)",
+		stages.Broker:  "broker: record timestamp → consumer fetch (relay → consumer clock)",
+		stages.Apply:   "apply: fetch → aggregate committed (consumer clock)",
+	}
+	for _, s := range stages.All {
+		w := after.stages[s].Minus(before.stages[s])
+		fmt.Printf("| %s | %s | %s | %s | %d |\n", what[s], ms(w.Quantile(.5)), ms(w.Quantile(.99)), ms(w.Mean()), w.Count)
+	}
+	fmt.Printf("| end to end: API 2xx → visible in product_metrics (bench clock) | %s | %s | %s | %d |\n",
+		ms(e2e(.5).Seconds()), ms(e2e(.99).Seconds()), ms(e2eMean.Seconds()), events)
+	fmt.Println("(stages from the services' histograms over the window, interpolated within buckets;")
+	fmt.Println(" publish and broker overlap by the produce round trip; broker reads 0-1 ms long: record timestamps are in whole ms)")
+
+	fmt.Println()
+	fmt.Println("| process | CPU seconds | per 1,000 events |")
+	fmt.Println("|---|---|---|")
+	var total float64
+	row := func(name string, s float64) {
+		total += s
+		fmt.Printf("| %s | %.2f | %.3f |\n", name, s, s/float64(events)*1000)
+	}
+	for _, name := range names {
+		row(name, after.cpu[name]-before.cpu[name])
+	}
+	var pg float64
+	n := 0
+	for pid, s := range before.backends {
+		if a, ok := after.backends[pid]; ok {
+			pg += a - s
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Println("| PostgreSQL backends | not measured (no /proc entry for them here) | |")
+	} else {
+		row(fmt.Sprintf("PostgreSQL backends (%d)", n), pg)
+	}
+	fmt.Printf("| **all** | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
+	fmt.Println("(utime + stime from /proc; the broker is kfake, in the devkafka process; Redis and PostgreSQL's background processes are shared and left out)")
+}
+
+func ms(s float64) string {
+	if math.IsNaN(s) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f ms", s*1000)
+}

@@ -1,0 +1,90 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
+)
+
+// TestCommitDuringConfirmationGoesOutInTheSamePass: a pass that has caught up
+// reads a commit notified while its last batch awaits Kafka's
+// acknowledgement at once, instead of after the acknowledgement, the
+// cursor's advance and another pass; both go out in order.
+func TestCommitDuringConfirmationGoesOutInTheSamePass(t *testing.T) {
+	env, n := leader(t)
+	first := insertCommitted(t, env, likes(5, "a")...)[0]
+	var (
+		once  sync.Once
+		later []int64
+	)
+	// The first produce request waits until a second event is committed
+	// and notified: the relay learns of it before the first is acknowledged.
+	env.Cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() {
+			later = append(later, insertCommitted(t, env, likes(5, "b")...)[0].ID)
+			n.svc.relay.Notify()
+			time.Sleep(50 * time.Millisecond) // the relay reads meanwhile
+		})
+		return nil, nil, false
+	})
+	res := n.pass(t)
+	if res.Published != 2 || res.Cursor != later[0] {
+		t.Fatalf("pass: %+v; want both events (ids %d and %d) published by it", res, first.ID, later[0])
+	}
+	recs := env.Records(t, 2, 10*time.Second)
+	if got := sequences(recs); len(got) != 2 || got[0] != first.ID || got[1] != later[0] {
+		t.Errorf("records in order %v, want [%d %d]", got, first.ID, later[0])
+	}
+}
+
+// TestCursorMovedBackIsFollowed: a pass starts where the previous pass of
+// the same lease term left the cursor, without reading it; a cursor that
+// moved back meanwhile (PostgreSQL lost an asynchronous advance in a crash)
+// fails the next advance, and the pass after it starts from the stored
+// cursor and publishes the rows behind it again.
+func TestCursorMovedBackIsFollowed(t *testing.T) {
+	env, n := leader(t)
+	ctx := context.Background()
+	a := insertCommitted(t, env, likes(6, "a")...)[0]
+	if res := n.pass(t); res.Cursor != a.ID {
+		t.Fatalf("first pass: %+v", res)
+	}
+	if _, err := env.Pool.Exec(ctx, `UPDATE outbox_cursor SET last_processed_id = 0 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	b := insertCommitted(t, env, likes(6, "b")...)[0]
+	if _, err := n.svc.relay.Pass(ctx); !errors.Is(err, store.ErrFenced) {
+		t.Fatalf("a pass from the remembered cursor: %v, want ErrFenced from its advance", err)
+	}
+	if res := n.pass(t); res.Cursor != b.ID || res.Published != 2 {
+		t.Fatalf("the pass after: %+v, want a and b published again up to %d", res, b.ID)
+	}
+	recs := env.Records(t, 4, 10*time.Second)
+	if diff := cmp.Diff([]int64{a.ID, b.ID, a.ID, b.ID}, sequences(recs)); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+}
+
+// TestCommitDuringAdvanceGoesOutInTheSamePass: a commit notified while the
+// pass advances the cursor past its last batch is read by the same pass.
+func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
+	env, n := leader(t)
+	first := insertCommitted(t, env, likes(7, "a")...)[0]
+	var later int64
+	n.svc.relay.beforeAdvance = func() {
+		if later == 0 {
+			later = insertCommitted(t, env, likes(7, "b")...)[0].ID
+			n.svc.relay.Notify()
+		}
+	}
+	if res := n.pass(t); res.Published != 2 || res.Cursor != later {
+		t.Fatalf("pass: %+v; want both events (ids %d and %d) published by it", res, first.ID, later)
+	}
+}
