@@ -53,12 +53,12 @@ type rendered struct {
 	deployments  map[string]*appsv1.Deployment
 	statefulSets map[string]*appsv1.StatefulSet
 	services     map[string]*corev1.Service
-	pdbs        []*policyv1.PodDisruptionBudget
-	hpas        []*autoscalingv2.HorizontalPodAutoscaler
-	jobs        map[string]*batchv1.Job
-	configMaps  map[string]*corev1.ConfigMap
-	topics      []kafkaTopic
-	namespaces  []string // of every object
+	pdbs         []*policyv1.PodDisruptionBudget
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	jobs         map[string]*batchv1.Job
+	configMaps   map[string]*corev1.ConfigMap
+	topics       []kafkaTopic
+	namespaces   []string // of every object
 }
 
 // renderBase builds deploy/k8s/base as kubectl apply -k would and decodes

@@ -46,7 +46,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	bins.Remove()
+	if err := bins.Remove(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: remove the built services:", err)
+	}
 	os.Exit(code)
 }
 

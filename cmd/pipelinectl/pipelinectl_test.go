@@ -25,9 +25,9 @@ import (
 // stack is a database and a broker holding what a running pipeline leaves
 // behind: published and failed outbox rows, a relay lease, dead letters.
 type stack struct {
-	t       *testing.T
-	db      *pgx.Conn
-	brokers []string
+	t        *testing.T
+	db       *pgx.Conn
+	brokers  []string
 	vars     map[string]string
 	failed   []int64 // outbox ids moved to outbox_failed
 	producer sarama.SyncProducer

@@ -77,7 +77,7 @@ func TestOps(t *testing.T) {
 
 func TestServeStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := httpserver.New("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") }))
+	srv := httpserver.New("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hi") }))
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() { done <- httpserver.Serve(ctx, slog.New(slog.DiscardHandler), srv, ready) }()

@@ -31,7 +31,7 @@ func (e *env) lockProduct(t *testing.T, id int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tx.Rollback(ctx) })
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM products WHERE id = $1 FOR UPDATE`, id); err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func TestOrderAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slow.Rollback()
+	defer func() { _ = slow.Rollback() }() // a no-op once committed
 	if _, err := slow.Exec(`INSERT INTO product_metrics AS m (product_id, like_count) VALUES (4, 100)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + 100`); err != nil {
 		t.Fatal(err)
