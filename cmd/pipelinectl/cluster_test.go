@@ -18,6 +18,7 @@ import (
 // TestCluster: `pipelinectl cluster` prints the registry as tables, and with
 // -o json the same view the API serves.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
 	db, err := pgx.Connect(ctx, url)

@@ -160,6 +160,7 @@ func lines(out string) [][]string {
 }
 
 func TestOutboxCommands(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 
 	status := lines(s.ok("outbox", "status"))
@@ -228,6 +229,7 @@ func TestOutboxCommands(t *testing.T) {
 }
 
 func TestDLTCommands(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	list := lines(s.ok("dlt", "list", "--topic", "like"))
 	want := [][]string{
@@ -298,7 +300,9 @@ func TestDLTCommands(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // the cases unset variables of the shared stack in turn
 func TestBadInvocations(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	tests := []struct {
 		name   string
