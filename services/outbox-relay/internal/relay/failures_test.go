@@ -89,8 +89,8 @@ func likes(product int64, users ...string) []any {
 	return out
 }
 
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(3, "a", "b", "c", "d")...)
 
@@ -121,8 +121,8 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 	}
 }
 
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "old", ProductID: 3})
 	if err != nil {
@@ -150,8 +150,8 @@ func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 	}
 }
 
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		insert func(t *testing.T, env *relaytest.Env) relaytest.Row
@@ -175,6 +175,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			env, n := leader(t)
 			bad := tt.insert(t, env)
 			if tt.fault != nil {
@@ -200,9 +201,8 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 // TestAmbiguousProduceLeavesNoDuplicate: the broker appends the batch but
 // answers REQUEST_TIMED_OUT; the idempotent producer's retry must not append
 // it again.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(6, "a", "b", "c", "d", "e")...)
 	fault := produceFault(env, "like-events", kerr.RequestTimedOut, 1)
@@ -219,9 +219,8 @@ func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
 // TestTypeUnknownToTheRegistryIsPublished: a type this build does not know
 // but whose topic derives by convention is published like any other, so that
 // consumers dead-letter it visibly instead of it vanishing into outbox_failed.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestTypeUnknownToTheRegistryIsPublished(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	odd := env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
 	good := insertCommitted(t, env, likes(4, "after")...)[0]

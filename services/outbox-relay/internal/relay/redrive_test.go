@@ -17,9 +17,8 @@ import (
 // re-driven is published under a new outbox id with its event id and its
 // first sequence, after events written later, so consumers treat it as a late
 // redelivery.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestRedrivenRowKeepsEventIDAndSequence(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	bad := insertCommitted(t, env, likes(5, "first")...)[0]
 	produceFault(env, "like-events", kerr.MessageTooLarge, 1)
@@ -58,7 +57,7 @@ func TestRedrivenRowKeepsEventIDAndSequence(t *testing.T) {
 // (and the chunks already moved) before the re-drive is done: no chunk holds
 // the relay's gap rule for longer than its own short transaction.
 //
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
+//nolint:paralleltest // timing: the new event must be published while the 20,000-row re-drive still runs
 func TestChunkedRedriveKeepsRelayPublishing(t *testing.T) {
 	env, n := leader(t)
 	ctx := context.Background()

@@ -103,9 +103,8 @@ func TestHappyPathPublishesEveryRowAsCloudEvent(t *testing.T) {
 // TestGapRuleTwoTransactions is the case that loses an event without the gap
 // rule: T1 draws the lower id, T2 the higher one and commits first, a pass
 // runs, then T1 commits.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestGapRuleTwoTransactions(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 
 	t1 := env.Begin(t)
@@ -131,9 +130,8 @@ func TestGapRuleTwoTransactions(t *testing.T) {
 // takes a newer xid and draws id 2, T2 draws id 3 and commits. A snapshot
 // taken now has xmax = T2 + 1, so T1 is running but absent from its xip list;
 // the relay must still wait for id 2.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestGapHeldByATransactionAboveXmax(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 
 	t2 := env.Begin(t)
@@ -158,9 +156,8 @@ func TestGapHeldByATransactionAboveXmax(t *testing.T) {
 
 // TestOutOfOrderCommits is watermill's case: transactions commit in the
 // reverse order of their ids, one rolls back, and passes run in between.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestOutOfOrderCommits(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 
 	type txRow struct {

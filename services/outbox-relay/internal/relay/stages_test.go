@@ -11,9 +11,8 @@ import (
 // TestStagesTimed: a pass times each published row's wait in the outbox (from
 // its insert, on the database clock) and its publication (read to
 // acknowledgement); a row that fails permanently is not timed.
-//
-//nolint:paralleltest // lease timing: the node's 1 s lease must not lapse between the test's steps; under parallel load it did and the test flaked
 func TestStagesTimed(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	const waited = 200 * time.Millisecond
 	for i := range 3 {
