@@ -102,6 +102,7 @@ func oneShots(p *types.Project) map[string]bool {
 }
 
 func TestComposeHealthAndOrder(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t)
 	once := oneShots(p)
 	for _, want := range []string{"postgres", "redis", "kafka", "kafka-topics", "migrate", "commerce-api", "outbox-relay", "product-consumers", "prometheus", "grafana"} {
@@ -150,6 +151,7 @@ func TestComposeHealthAndOrder(t *testing.T) {
 // that survives re-creating its container (the default, the host name, is
 // the container's id, new each time).
 func TestComposeStaticMembership(t *testing.T) {
+	t.Parallel()
 	e := env(loadCompose(t).Services["product-consumers"])
 	if e["CONSUMER_INSTANCE_ID"] == "" && e["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
 		t.Error("product-consumers must set CONSUMER_INSTANCE_ID (or CONSUMER_STATIC_MEMBERSHIP=false)")
@@ -160,10 +162,12 @@ func TestComposeStaticMembership(t *testing.T) {
 // sets every variable its configuration requires, sets no variable it does
 // not read, and the values parse the way the configuration code parses them.
 func TestComposeConfiguration(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t)
 	stages := dockerStages(t)
 	for svc, prog := range appServices {
 		t.Run(svc, func(t *testing.T) {
+			t.Parallel()
 			s, ok := p.Services[svc]
 			if !ok {
 				t.Fatalf("no service %s", svc)
@@ -262,6 +266,7 @@ func composeProbes(t *testing.T) map[string]*url.URL {
 }
 
 func TestComposeTopics(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t)
 	job := p.Services["kafka-topics"]
 	got := strings.Fields(env(job)["TOPICS"])
@@ -330,6 +335,7 @@ type promConfig struct {
 // port (never commerce-api's public one), and the files the observability
 // profile mounts exist.
 func TestComposeObservability(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t)
 	var cfg promConfig
 	dec := yaml.NewDecoder(strings.NewReader(string(readFile(t, "deploy/prometheus/prometheus.yml"))))
@@ -399,6 +405,7 @@ var hostPorts = map[string][]hostPort{
 // 127.0.0.1 only and can be moved by a variable (Kafka advertising the moved
 // port), and Kafka keeps its log in a volume.
 func TestComposeFirstRun(t *testing.T) {
+	t.Parallel()
 	p := loadCompose(t)
 	hc := strings.Join(p.Services["postgres"].HealthCheck.Test, " ")
 	if !strings.Contains(hc, "pg_isready") || !strings.Contains(hc, "-h 127.0.0.1") {
@@ -466,6 +473,7 @@ func TestComposeFirstRun(t *testing.T) {
 // exists, parses, starts from fresh volumes with --wait and cleans up, and
 // is not part of `make test` (which runs without a Docker engine).
 func TestComposeSmokeScript(t *testing.T) {
+	t.Parallel()
 	const path = "scripts/compose-smoke.sh"
 	info, err := os.Stat(filepath.Join(root, path))
 	if err != nil || info.Mode()&0o111 == 0 {

@@ -68,9 +68,11 @@ func firstCode(cell string) string {
 // table with the code's required flag and default, and the table lists
 // nothing else.
 func TestConfigurationDocument(t *testing.T) {
+	t.Parallel()
 	doc := readDoc(t)
 	for _, p := range programs {
 		t.Run(p, func(t *testing.T) {
+			t.Parallel()
 			want := map[string]docRow{}
 			for _, v := range programVars(t, p) {
 				row := docRow{Required: v.Required, Default: v.Default}
@@ -93,9 +95,11 @@ func TestConfigurationDocument(t *testing.T) {
 // must refuse to start, naming every variable the document calls required
 // and no optional one.
 func TestRequiredAtStartup(t *testing.T) {
+	t.Parallel()
 	doc := readDoc(t)
 	for _, p := range programs {
 		t.Run(p, func(t *testing.T) {
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binary(t, p))

@@ -42,6 +42,7 @@ func programVars(t *testing.T, name string) []config.Var {
 // TestProgramVars pins what one binary reports, so that a report that
 // silently lost its content cannot pass the document check.
 func TestProgramVars(t *testing.T) {
+	t.Parallel()
 	got := map[string]config.Var{}
 	for _, v := range programVars(t, "product-consumers") {
 		got[v.Name] = v
@@ -64,6 +65,7 @@ func TestProgramVars(t *testing.T) {
 		{"computed default", relay, config.Var{Name: "OUTBOX_RELAY_NODE_ID", Kind: "String", Default: "defaultNodeID()"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if diff := cmpDiff(tc.want, tc.got[tc.want.Name]); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -46,6 +46,7 @@ func dockerStages(t *testing.T) map[string]bool {
 // nonroot with the healthcheck probe and its binary; the binaries are built
 // static by a Go at least as new as go.mod asks for, from packages that exist.
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	ins := dockerInstructions(t)
 	var goVersion, build string
 	from := map[string]string{} // stage → base

@@ -53,12 +53,12 @@ type rendered struct {
 	deployments  map[string]*appsv1.Deployment
 	statefulSets map[string]*appsv1.StatefulSet
 	services     map[string]*corev1.Service
-	pdbs        []*policyv1.PodDisruptionBudget
-	hpas        []*autoscalingv2.HorizontalPodAutoscaler
-	jobs        map[string]*batchv1.Job
-	configMaps  map[string]*corev1.ConfigMap
-	topics      []kafkaTopic
-	namespaces  []string // of every object
+	pdbs         []*policyv1.PodDisruptionBudget
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	jobs         map[string]*batchv1.Job
+	configMaps   map[string]*corev1.ConfigMap
+	topics       []kafkaTopic
+	namespaces   []string // of every object
 }
 
 // renderBase builds deploy/k8s/base as kubectl apply -k would and decodes
@@ -162,9 +162,11 @@ func k8sProbes(t *testing.T) map[string][]string {
 }
 
 func TestKustomizeServices(t *testing.T) {
+	t.Parallel()
 	r := renderBase(t)
 	for svc := range adminVar {
 		t.Run(svc, func(t *testing.T) {
+			t.Parallel()
 			pod, ok := r.pods()[svc]
 			if !ok {
 				t.Fatalf("no Deployment or StatefulSet %s", svc)
@@ -399,6 +401,7 @@ func checkPodSecurity(t *testing.T, spec corev1.PodSpec) {
 // pod comes back within; no Deployment runs it with static membership on
 // (a Deployment's pods get new names at every rollout).
 func TestStaticMembership(t *testing.T) {
+	t.Parallel()
 	r := renderBase(t)
 	s, ok := r.statefulSets["product-consumers"]
 	if !ok {
@@ -445,6 +448,7 @@ func TestStaticMembership(t *testing.T) {
 // pkg/events: 3 partitions and replicas, min.insync.replicas 2, retention 7
 // days (parked: events.ParkedRetention).
 func TestKustomizeTopics(t *testing.T) {
+	t.Parallel()
 	r := renderBase(t)
 	var got []string
 	for _, kt := range r.topics {
@@ -475,6 +479,7 @@ func TestKustomizeTopics(t *testing.T) {
 // object in its namespace (the Secret the pods read is namespaced too) and
 // every image, init containers included, in a registry.
 func TestKustomizeOverlay(t *testing.T) {
+	t.Parallel()
 	r := render(t, "deploy/k8s/overlays/example")
 	for _, ns := range r.namespaces {
 		if ns != "commerce" {
@@ -498,6 +503,7 @@ func TestKustomizeOverlay(t *testing.T) {
 // TestDeployReadme: the commands deploy/README.md gives put the Secret in
 // the overlay's namespace and never wait without a bound.
 func TestDeployReadme(t *testing.T) {
+	t.Parallel()
 	text := string(readFile(t, "deploy/README.md"))
 	waits, secrets := 0, 0
 	for _, line := range strings.Split(text, "\n") {

@@ -110,6 +110,7 @@ func promqlRefs(expr string) (metrics, labels []string) {
 }
 
 func TestPromqlRefs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		expr           string
@@ -124,6 +125,7 @@ func TestPromqlRefs(t *testing.T) {
 		{"aggregation after", `max(c) without (instance)`, []string{"c"}, []string{"instance"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m, l := promqlRefs(tc.expr)
 			if diff := cmpDiff(tc.metrics, m); diff != "" {
 				t.Errorf("metrics (-want +got):\n%s", diff)

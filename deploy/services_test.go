@@ -45,7 +45,8 @@ func startBinary(t *testing.T, name string, env map[string]string) {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	done := make(chan struct{})
-	go func() { cmd.Wait(); log.Close(); close(done) }()
+	// The exit status is the SIGTERM's the cleanup sends; the log tells the rest.
+	go func() { _ = cmd.Wait(); log.Close(); close(done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -241,6 +242,7 @@ func unknownRefs(exprs []string, exposed map[string]family) []string {
 // probe paths answer, the healthcheck probe works on the compose URLs, and
 // every metric and label the dashboard queries is one they expose.
 func TestRunningServices(t *testing.T) {
+	t.Parallel()
 	kafka := testenv.Kafka(t, events.NewRegistry().AllTopics()...)
 	brokers := strings.Join(kafka.ListenAddrs(), ",")
 	dbURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
@@ -270,6 +272,7 @@ func TestRunningServices(t *testing.T) {
 	call(t, "POST", api+"/orders/"+strconv.FormatInt(order, 10)+"/payments", nil, http.StatusOK)
 
 	t.Run("kubernetes probes", func(t *testing.T) {
+		t.Parallel()
 		for deployment, paths := range k8sProbes(t) {
 			for _, path := range paths {
 				waitOK(t, "http://"+addr[deployment]+path)
@@ -278,6 +281,7 @@ func TestRunningServices(t *testing.T) {
 	})
 
 	t.Run("operators' endpoints only on the admin listener", func(t *testing.T) {
+		t.Parallel()
 		for _, path := range []string{"/metrics", "/api/v1/cluster"} {
 			if code, _, err := get("http://" + public + path); err != nil || code != http.StatusNotFound {
 				t.Errorf("public %s: %d %v, want 404", path, code, err)
@@ -287,6 +291,7 @@ func TestRunningServices(t *testing.T) {
 	})
 
 	t.Run("compose health checks", func(t *testing.T) {
+		t.Parallel()
 		probe := binary(t, "healthcheck")
 		for svc, u := range composeProbes(t) {
 			u.Host = addr[svc]
@@ -303,6 +308,7 @@ func TestRunningServices(t *testing.T) {
 	})
 
 	t.Run("dashboard and alert metrics", func(t *testing.T) {
+		t.Parallel()
 		exprs := append(dashboardQueries(t), alertExprs(t)...)
 		// Per-partition series appear once the groups have their
 		// partitions, handler latency once records were handled.
@@ -339,6 +345,7 @@ func TestRunningServices(t *testing.T) {
 // TestUnknownRefs: the check finds a misspelt metric and a label the metric
 // does not carry.
 func TestUnknownRefs(t *testing.T) {
+	t.Parallel()
 	exposed := map[string]family{"pcon_true_lag": {labels: map[string]bool{"group": true}}}
 	got := unknownRefs([]string{`sum by (group) (pcon_true_lag)`, `pcon_truelag`, `sum by (route) (pcon_true_lag)`}, exposed)
 	want := []string{"label route (in sum by (route) (pcon_true_lag))", "metric pcon_truelag (in pcon_truelag)"}

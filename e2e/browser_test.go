@@ -86,6 +86,8 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 // page change within 2 s, and sees the chart split the time by stage; then kills commerce-api, sees the page say it is
 // reconnecting, restarts it and sees the page recover and follow changes
 // again. It takes the README's screenshot on the way.
+//
+//nolint:paralleltest // times the live page (a like shows within 2 s): other tests' service processes on the 2 shared cores would break it
 func TestLivePage(t *testing.T) {
 	began := time.Now()
 	s := newSystem(t)

@@ -40,6 +40,8 @@ func clusterEnv(env map[string]string, node string) map[string]string {
 // processes and the broker say, through a frozen process (SIGSTOP/SIGCONT),
 // a killed consumer and its return, a killed relay leader, a graceful stop
 // and a restart under the same id.
+//
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestClusterView(t *testing.T) {
 	s := newSystem(t)
 	// newSystem's commerce-api heartbeats every 2 s; this one is the view.

@@ -28,9 +28,7 @@ import (
 // by product-consumers. A record written before the payloads had camelCase
 // names is published unchanged and still consumed.
 //
-// Not parallel, though it owns its database, broker and ports: its three
-// service processes would share 2 cores with the other end-to-end tests,
-// whose timing bounds (the live page's 2 s) they could break.
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestEventContract(t *testing.T) {
 	c, err := eventcontract.Default()
 	if err != nil {

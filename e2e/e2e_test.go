@@ -46,7 +46,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	bins.Remove()
+	if err := bins.Remove(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: remove the built services:", err)
+	}
 	os.Exit(code)
 }
 
@@ -207,6 +209,8 @@ func envInt(name string, def int) int {
 // unlikes, views, orders and payments, while product-consumers is SIGKILLed
 // twice and the leading relay once; then product_metrics must equal the
 // oracle computed from the domain tables and the views made, exactly.
+//
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestScenario(t *testing.T) {
 	s := newSystem(t)
 	relayA, adminA := s.startRelay("relay-a")
@@ -387,6 +391,8 @@ func waitMetrics(t *testing.T, conn *pgx.Conn, want map[int64]aggregate, limit t
 // TestPoisonEvent: an event of a type no consumer knows, written straight
 // into the outbox, ends in its topic's DLT with its origin, and the events
 // after it are still processed.
+//
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestPoisonEvent(t *testing.T) {
 	s := newSystem(t)
 	s.startRelay("relay-a")

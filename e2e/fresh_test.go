@@ -19,6 +19,8 @@ import (
 // sale and after it. Every poll that starts at least 1 s after the database
 // showed a count must show at least that count: the cache's TTL (30 s) must
 // not decide what users see.
+//
+//nolint:paralleltest // measures how stale the cached product page is: other tests' service processes on the 2 shared cores would skew it
 func TestProductPageFresh(t *testing.T) {
 	s := newSystem(t)
 	s.startRelay("relay-a")

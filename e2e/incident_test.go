@@ -24,6 +24,8 @@ import (
 // topics' retention then deletes them there; the deploy is rolled back; and
 // one `pipelinectl parked redrive` per topic brings every event back. The
 // aggregates come out exact, and nothing is re-driven twice.
+//
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestIncidentParkedRedrive(t *testing.T) {
 	s := newSystem(t)
 	s.startRelay("relay-a")

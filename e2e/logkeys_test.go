@@ -25,6 +25,8 @@ import (
 // graceful stop) and lets start's check reject any record that gives a key
 // twice: many log pipelines refuse such a record or keep one value at
 // random.
+//
+//nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestServiceLogs(t *testing.T) {
 	s := newSystem(t)
 	relayA, _ := s.startRelay("relay-a")
@@ -152,6 +154,7 @@ func TestDuplicateKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := duplicateKey(json.NewDecoder(strings.NewReader(tc.record))); got != tc.want {
 				t.Errorf("duplicateKey(%s) = %q, want %q", tc.record, got, tc.want)
 			}
@@ -176,6 +179,7 @@ func TestScanLogKeys(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "log")
 			if err := os.WriteFile(path, []byte(tc.log), 0o600); err != nil {
 				t.Fatal(err)

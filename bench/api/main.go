@@ -54,8 +54,6 @@ type options struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	var o options
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long each side runs")
@@ -64,7 +62,7 @@ func main() {
 	flag.IntVar(&o.pool, "pool", 32, "database connections, for the service (DB_MAX_CONNS) and the direct pool alike")
 	flag.IntVar(&o.rounds, "rounds", 5, "the sides take turns this many times, so that a change in the machine's load hits both alike")
 	flag.Parse()
-	if err := run(ctx, logger, o); err != nil {
+	if err := run(logger, o); err != nil {
 		logger.Error("bench api failed", service.ErrKey, err)
 		os.Exit(1)
 	}
@@ -90,7 +88,9 @@ type side struct {
 // shut closes the side once, however often it is called.
 func (sd *side) shut() { sd.once.Do(sd.close) }
 
-func run(ctx context.Context, logger *slog.Logger, o options) error {
+func run(logger *slog.Logger, o options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if o.clients < 1 || o.products < 1 || o.pool < 1 || o.rounds < 1 || o.duration <= 0 {
 		return errors.New("clients, products, pool, rounds and duration must be positive")
 	}

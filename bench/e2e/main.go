@@ -100,7 +100,11 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer bins.Remove()
+	defer func() {
+		if err := bins.Remove(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/e2e: remove the built services:", err)
+		}
+	}()
 	dbURL, drop, err := testenv.NewDatabase(ctx)
 	if err != nil {
 		return err

@@ -64,15 +64,15 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the relay logs")
 	flag.IntVar(&o.rounds, "rounds", 3, "drain runs of each side, alternating; the fastest of each is reported (the machine is shared)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/relay:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o options, out io.Writer) error {
+func run(o options, out io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	reg := events.NewRegistry()
 	tmp, err := os.MkdirTemp("", "bench-relay-")
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-
 	"github.com/jackc/pgx/v5"
+
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -18,6 +18,7 @@ import (
 // TestCluster: `pipelinectl cluster` prints the registry as tables, and with
 // -o json the same view the API serves.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
 	db, err := pgx.Connect(ctx, url)

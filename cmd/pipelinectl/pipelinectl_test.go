@@ -25,9 +25,9 @@ import (
 // stack is a database and a broker holding what a running pipeline leaves
 // behind: published and failed outbox rows, a relay lease, dead letters.
 type stack struct {
-	t       *testing.T
-	db      *pgx.Conn
-	brokers []string
+	t        *testing.T
+	db       *pgx.Conn
+	brokers  []string
 	vars     map[string]string
 	failed   []int64 // outbox ids moved to outbox_failed
 	producer sarama.SyncProducer
@@ -160,6 +160,7 @@ func lines(out string) [][]string {
 }
 
 func TestOutboxCommands(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 
 	status := lines(s.ok("outbox", "status"))
@@ -228,6 +229,7 @@ func TestOutboxCommands(t *testing.T) {
 }
 
 func TestDLTCommands(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	list := lines(s.ok("dlt", "list", "--topic", "like"))
 	want := [][]string{
@@ -298,7 +300,9 @@ func TestDLTCommands(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // the cases unset variables of the shared stack in turn
 func TestBadInvocations(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	tests := []struct {
 		name   string

@@ -27,6 +27,7 @@ import (
 // is re-driven exactly once, and every partition's committed offset ends at
 // its end.
 func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
+	t.Parallel()
 	s := newStack(t) // its like-events.DLT/0 holds one record to re-drive, one parked, one foreign
 	const total = 3000
 	msgs := make([]*sarama.ProducerMessage, 0, total)
@@ -106,6 +107,7 @@ func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
 // together; --record re-drives just the named records and commits nothing;
 // an old order event is shown as expired.
 func TestRedriveBoundsAndChoice(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for i := range 6 {
 		s.deadLetter(int32(1+i%2), "b"+strconv.Itoa(i), pconHeaders(int32(1+i%2), time.Hour))
@@ -156,6 +158,7 @@ func TestRedriveBoundsAndChoice(t *testing.T) {
 // sequences or bidirectional overrides cannot break a table row or reach
 // the terminal raw.
 func TestTableEscapes(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	h := pconHeaders(2, time.Hour)
 	h[pcon.HeaderError] = "boom\n\x1b[31mred\u202e"

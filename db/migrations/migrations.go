@@ -12,6 +12,7 @@ import (
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
 	// Registers the "pgx" database/sql driver that Open uses.
 	_ "github.com/jackc/pgx/v5/stdlib"
 )

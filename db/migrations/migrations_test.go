@@ -18,6 +18,7 @@ import (
 // Every migration must apply, roll back and apply again cleanly, so that a
 // deploy can be reverted.
 func TestUpDownUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, db := migratedDown(t)
 	var tables int
@@ -35,6 +36,7 @@ func TestUpDownUp(t *testing.T) {
 // Pods starting together each run the migrations (an init container per
 // pod): concurrent runs must all succeed and apply each migration once.
 func TestConcurrentUp(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, db := migratedDown(t)
 	errs := make(chan error, 3)
@@ -86,7 +88,10 @@ func mustGlob(t *testing.T) []string {
 
 // WaitReady keeps trying while the port refuses connections, and succeeds
 // once the database answers there; it gives up after its timeout.
+//
+//nolint:paralleltest // the subtests run in turn on one freed port: the first needs it refused, the second starts a server on it
 func TestWaitReady(t *testing.T) {
+	t.Parallel()
 	dbURL := testenv.DatabaseURL(t)
 	u, err := neturl.Parse(dbURL)
 	if err != nil {

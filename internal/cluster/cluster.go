@@ -30,9 +30,10 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/loopers/commerce-pipeline/internal/config"
 	"os"
 	"time"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
 )
 
 // Node statuses, derived in SQL from the heartbeat age.

@@ -81,6 +81,7 @@ func waitEqual[T any](t *testing.T, what string, want T, read func() T) {
 // then DOWN once it stops (a frozen process), ALIVE again under the same id
 // in the same row after a restart, and LEFT after a graceful leave.
 func TestMembershipLifecycle(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 
@@ -103,6 +104,7 @@ func TestMembershipLifecycle(t *testing.T) {
 // connections the member keeps running and backs off; it neither stops
 // nor panics, and Leave returns.
 func TestHeartbeatSurvivesDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	m := join(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", fastConfig("lonely"), "svc")
 	reg := prometheus.NewRegistry()
 	mm, err := newMemberMetrics(reg)
@@ -138,6 +140,7 @@ func testutilCount(t *testing.T, reg *prometheus.Registry, name string) float64 
 // TestBackoff: the delay doubles per failure up to the limit, with jitter in
 // [d/2, d].
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		fails    int
@@ -148,6 +151,7 @@ func TestBackoff(t *testing.T) {
 		{"capped", 20, 5 * time.Second, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			for range 100 {
 				d := backoff(time.Second, 10*time.Second, tc.fails)
 				if d < tc.min || d > tc.max {
@@ -162,6 +166,7 @@ func TestBackoff(t *testing.T) {
 // assigned it since; A's late release and lag report change nothing, its
 // handoff is recorded as not applied, and B's own release applies.
 func TestRevokedOwnerLateWriteRejected(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
@@ -234,6 +239,7 @@ func onlyPartition(t *testing.T, st *Store) Partition {
 // TestRetention: nodes DOWN or LEFT for longer than the retention are
 // removed; recent ones, and live ones however old, stay.
 func TestRetention(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	ctx := context.Background()
@@ -261,6 +267,7 @@ func TestRetention(t *testing.T) {
 // gone; partition rows of a group that no longer exists go, those of a
 // group with a live owner or recent activity stay.
 func TestOneRetention(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	ctx := context.Background()
@@ -323,6 +330,7 @@ func TestOneRetention(t *testing.T) {
 // both count and log it, and the view shows when; a process restarted
 // under its id (the old one gone) reports nothing.
 func TestNodeIDClaimedTwice(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	view := func() Node {
@@ -377,7 +385,10 @@ func TestNodeIDClaimedTwice(t *testing.T) {
 // TestLateAssignment: an assignment written late (a retry after the hook's
 // write failed) does not take a row another live node owns, and takes it
 // once that node has left; a fresh assignment always does.
+//
+//nolint:paralleltest // the cases run in turn: each starts from the assignment the previous one left
 func TestLateAssignment(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	ctx := context.Background()
@@ -421,6 +432,7 @@ func TestLateAssignment(t *testing.T) {
 // status present, zeros included), the relay's terms, and the unreleased
 // partitions per group and node.
 func TestCollector(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
 	ctx := context.Background()
@@ -470,6 +482,8 @@ func TestCollector(t *testing.T) {
 // partition table 400 ms at a time), never make the node read SUSPECT, and
 // the registry's pool serves them one read a second (ViewEvery): every other
 // connection it hands out goes to the heartbeat.
+//
+//nolint:paralleltest // timing: heartbeats must land within 500 ms during a 64-reader flood, and it counts database reads per second
 func TestViewFloodSparesHeartbeat(t *testing.T) {
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)

@@ -31,6 +31,8 @@ func latency(t *testing.T, st *Store) map[string]map[string]uint64 {
 // TestStageWindowsPublished: a node's heartbeat publishes the stage windows
 // it observed since the previous one, and the next heartbeat replaces them
 // (empty once nothing more was seen); a node that times no stage shows none.
+//
+//nolint:paralleltest // timing: it must read each heartbeat's window in the 40 ms before the next heartbeat replaces it
 func TestStageWindowsPublished(t *testing.T) {
 	url := testenv.DatabaseURL(t)
 	st := openStore(t, url)
@@ -65,6 +67,7 @@ func TestStageWindowsPublished(t *testing.T) {
 // TestStageWindowsCarriedOver: windows taken for a heartbeat that failed are
 // added to the next one, spans included.
 func TestStageWindowsCarriedOver(t *testing.T) {
+	t.Parallel()
 	rec, err := stages.NewRecorder(prometheus.NewRegistry(), nil, stages.Apply)
 	if err != nil {
 		t.Fatal(err)

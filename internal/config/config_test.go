@@ -11,6 +11,7 @@ import (
 )
 
 func TestLoader(t *testing.T) {
+	t.Parallel()
 	type got struct {
 		URL   string
 		D     time.Duration
@@ -46,6 +47,7 @@ func TestLoader(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			l := config.New(config.FromMap(tc.env))
 			g := got{
 				URL:   l.URL("DB", "postgres", "postgresql"),
@@ -79,6 +81,7 @@ func TestLoader(t *testing.T) {
 }
 
 func TestVarsRecordsWhatWasRead(t *testing.T) {
+	t.Parallel()
 	l := config.New(config.FromMap(nil))
 	l.Required("A")
 	l.Duration("B", time.Second)

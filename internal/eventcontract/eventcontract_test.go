@@ -100,6 +100,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := c.Check(tc.r)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Check error = %v, want one mentioning %q", err, tc.want)

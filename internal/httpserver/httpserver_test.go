@@ -19,7 +19,10 @@ import (
 // the same checks. Neither tells a dependency's address or error; only the
 // admin /readyz names the failed check, and only the admin side has
 // /metrics.
+//
+//nolint:paralleltest // the cases run in turn: each sets the one check's error the shared servers answer with
 func TestOps(t *testing.T) {
+	t.Parallel()
 	var dbErr error
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "things_total", Help: "things"})
@@ -76,8 +79,9 @@ func TestOps(t *testing.T) {
 }
 
 func TestServeStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := httpserver.New("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") }))
+	srv := httpserver.New("127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hi") }))
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() { done <- httpserver.Serve(ctx, slog.New(slog.DiscardHandler), srv, ready) }()

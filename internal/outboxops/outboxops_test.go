@@ -92,6 +92,7 @@ func (f *fixture) count(table string) int {
 }
 
 func TestRedriveKeepsIdentity(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	ev := uuid.NewString()
@@ -167,6 +168,7 @@ func TestRedriveKeepsIdentity(t *testing.T) {
 }
 
 func TestRedriveRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	tests := []struct {
 		name  string
@@ -186,6 +188,7 @@ func TestRedriveRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFixture(t)
 			sel := tc.setup(f)
 			before := f.outbox()
@@ -203,6 +206,7 @@ func TestRedriveRefuses(t *testing.T) {
 // expired to released: only a live lease names a leader, and a released one
 // (lease_until -infinity) still reads.
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	st, err := f.store.Status(ctx)

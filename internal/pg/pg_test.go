@@ -41,6 +41,7 @@ func TestLoadOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			l := config.New(config.FromMap(tc.env))
 			got := pg.LoadOptions(l, pg.Options{MaxConns: 7})
 			if tc.wantErr == nil {
@@ -135,6 +136,7 @@ func TestMapErr(t *testing.T) {
 	sentinels := []error{pg.ErrNotFound, pg.ErrConflict, pg.ErrInvalidInput, pg.ErrConstraint, pg.ErrRetryable, pg.ErrUnavailable}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			err := db.InTx(ctx, func(tx pgx.Tx) error {
 				var v any
 				return tx.QueryRow(ctx, tc.stmt, tc.args...).Scan(&v)

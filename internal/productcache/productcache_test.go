@@ -72,6 +72,7 @@ func TestFillRace(t *testing.T) {
 	c, _ := newCache(t)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			id := time.Now().UnixNano()%1_000_000_000*100 + int64(i) // a key no other test uses
 			if tc.before != nil {
 				tc.before(c, id)

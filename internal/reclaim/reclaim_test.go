@@ -145,6 +145,7 @@ func counts(r reclaim.Result) map[reclaim.Outcome]int {
 }
 
 func TestPassOutcomes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.deadLetter(
 		dead{topic: "like-events", partition: 1, key: "old", age: time.Hour},
@@ -230,6 +231,7 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, outcome string) prometh
 }
 
 func TestCountLimitPerPartitionAndPass(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for i := range 5 {
 		e.deadLetter(dead{topic: "order-events", partition: 0, key: strconv.Itoa(i), age: time.Hour},
@@ -246,6 +248,7 @@ func TestCountLimitPerPartitionAndPass(t *testing.T) {
 }
 
 func TestPartitionsInOrderDomainsInParallel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for p := range int32(3) {
 		e.deadLetter(dead{topic: "like-events", partition: p, key: "l", age: time.Hour},
@@ -287,6 +290,7 @@ func TestPartitionsInOrderDomainsInParallel(t *testing.T) {
 }
 
 func TestFailedDomainDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 0, key: "o", age: time.Hour})
 	// stock-events.DLT does not exist in this cluster.
@@ -316,6 +320,7 @@ func TestFailedDomainDoesNotStopOthers(t *testing.T) {
 }
 
 func TestCrashBetweenRepublishAndCommit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "like-events", partition: 0, key: "a", age: time.Hour},
 		dead{topic: "like-events", partition: 0, key: "b", age: time.Hour})
@@ -343,6 +348,7 @@ func TestCrashBetweenRepublishAndCommit(t *testing.T) {
 }
 
 func TestDryRunAndList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "like-events", partition: 2, key: "a", age: time.Hour},
 		dead{topic: "like-events", partition: 2, key: "b", age: time.Hour, redrives: 3},
@@ -375,6 +381,7 @@ func TestDryRunAndList(t *testing.T) {
 // counted as failed, the offset stays before it, and the next pass re-drives
 // it.
 func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
 		dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})

@@ -23,6 +23,7 @@ type cfg struct{ URL string }
 func load(l *config.Loader) cfg { return cfg{URL: l.URL("DATABASE_URL", "postgres")} }
 
 func TestRun(t *testing.T) {
+	t.Parallel()
 	good := map[string]string{"DATABASE_URL": "postgres://h/db"}
 	tests := []struct {
 		name     string
@@ -38,6 +39,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var stdout, stderr strings.Builder
 			ran := false
 			code := service.Run(context.Background(), "svc", nil, config.FromMap(tc.env), &stdout, &stderr, load,
@@ -69,6 +71,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunPrintsConfigVars(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr strings.Builder
 	code := service.Run(context.Background(), "svc", []string{service.ConfigVarsFlag}, config.FromMap(nil), &stdout, &stderr, load,
 		func(context.Context, cfg, *slog.Logger) error { t.Error("run called"); return nil })
@@ -87,6 +90,7 @@ func TestRunPrintsConfigVars(t *testing.T) {
 
 // TestOneErrorKey: log calls in this module put errors under ErrKey only.
 func TestOneErrorKey(t *testing.T) {
+	t.Parallel()
 	other := regexp.MustCompile(`(Debug|Info|Warn|Error)(Context)?\(.*"err", `)
 	root := filepath.Join("..", "..")
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {

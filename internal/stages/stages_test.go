@@ -23,6 +23,7 @@ func window(stage string, seconds ...float64) Window {
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		w    Window
@@ -39,6 +40,7 @@ func TestQuantile(t *testing.T) {
 		{"mismatched buckets", Window{Stage: Apply, Count: 1, Buckets: []uint64{1}}, 0.5, math.NaN()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got := tc.w.Quantile(tc.q)
 			if math.IsNaN(tc.want) != math.IsNaN(got) || (!math.IsNaN(got) && math.Abs(got-tc.want) > 1e-12) {
 				t.Errorf("Quantile(%v) = %v, want %v", tc.q, got, tc.want)
@@ -50,6 +52,7 @@ func TestQuantile(t *testing.T) {
 // A quantile of many observations lands within one bucket's width of the
 // exact one: the resolution the bench and the page report with.
 func TestQuantileResolution(t *testing.T) {
+	t.Parallel()
 	var xs []float64
 	for i := 1; i <= 1000; i++ {
 		xs = append(xs, float64(i)*20e-6) // 20 µs … 20 ms, uniform
@@ -67,6 +70,7 @@ func TestQuantileResolution(t *testing.T) {
 }
 
 func TestMerge(t *testing.T) {
+	t.Parallel()
 	a := window(Apply, .001, .002)
 	a.Seconds = 2
 	b := window(Apply, .004)
@@ -85,6 +89,7 @@ func TestMerge(t *testing.T) {
 }
 
 func TestRecorder(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	r, err := NewRecorder(reg, []string{"loopers.like.created.v1"}, Broker, Apply)
 	if err != nil {
@@ -131,6 +136,7 @@ func TestRecorder(t *testing.T) {
 }
 
 func TestUnknownStage(t *testing.T) {
+	t.Parallel()
 	if _, err := NewRecorder(prometheus.NewRegistry(), nil, "fetch"); err == nil || !strings.Contains(err.Error(), `"fetch"`) {
 		t.Errorf("NewRecorder with an unknown stage: %v", err)
 	}
@@ -139,6 +145,7 @@ func TestUnknownStage(t *testing.T) {
 // TestFromMetricFamily: a scrape of the histogram, before and after, gives
 // back per stage what was observed in between, over every event type.
 func TestFromMetricFamily(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	r, err := NewRecorder(reg, []string{"a.v1", "b.v1"}, Publish, Apply)
 	if err != nil {
@@ -182,6 +189,7 @@ func TestFromMetricFamily(t *testing.T) {
 // TestFromScrapedText: the text format's +Inf bucket is the count, not a
 // bucket of Bounds.
 func TestFromScrapedText(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	r, err := NewRecorder(reg, nil, Broker)
 	if err != nil {

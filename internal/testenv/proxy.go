@@ -72,7 +72,8 @@ func (p *Proxy) serve(target string) {
 		p.mu.Lock()
 		p.conns = append(p.conns, c, d)
 		p.mu.Unlock()
-		go func() { io.Copy(d, c); d.Close() }()
-		go func() { io.Copy(c, d); c.Close() }()
+		// A copy ends when either side closes or Close cuts both.
+		go func() { _, _ = io.Copy(d, c); d.Close() }()
+		go func() { _, _ = io.Copy(c, d); c.Close() }()
 	}
 }

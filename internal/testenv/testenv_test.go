@@ -11,6 +11,7 @@ import (
 )
 
 func TestDatabaseIsFreshAndMigrated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for i := range 2 {
 		url := testenv.DatabaseURL(t)
@@ -33,6 +34,7 @@ func TestDatabaseIsFreshAndMigrated(t *testing.T) {
 }
 
 func TestRedisDatabasesAreIsolated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, b := testenv.RedisURL(t), testenv.RedisURL(t)
 	if a == b {

@@ -60,6 +60,7 @@ func with(h hostile, f func(*hostile)) hostile { f(&h); return h }
 // each must fail decoding with the permanent bad-data error, so consumers
 // dead-letter it at once instead of retrying its batch.
 func TestFromCloudEventBounds(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	maxLine := `{"productId":1,"quantity":10000,"unitPrice":1000000000}`
 	tests := []struct {
@@ -93,6 +94,7 @@ func TestFromCloudEventBounds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := reg.FromCloudEvent(tc.in.event(t))
 			if !errors.Is(err, events.ErrBadData) || !errors.Is(err, events.ErrUnprocessable) {
 				t.Fatalf("FromCloudEvent error = %v, want ErrBadData (permanent)", err)
@@ -111,6 +113,7 @@ func TestFromCloudEventBounds(t *testing.T) {
 		"most lines at most price": order(100*10_000*1_000_000_000, strings.TrimSuffix(strings.Repeat(maxLine+",", 100), ",")),
 	} {
 		t.Run("accepts "+name, func(t *testing.T) {
+			t.Parallel()
 			if _, err := reg.FromCloudEvent(in.event(t)); err != nil {
 				t.Fatalf("FromCloudEvent: %v", err)
 			}
@@ -119,6 +122,7 @@ func TestFromCloudEventBounds(t *testing.T) {
 }
 
 func TestValidateUserID(t *testing.T) {
+	t.Parallel()
 	for id, want := range map[string]bool{
 		"alice": true, "user-12": true, "a.b_c-d@e+f:G9": true, strings.Repeat("x", 64): true,
 		"": false, strings.Repeat("x", 65): false, "a b": false, "a\x00": false, "\xff": false,

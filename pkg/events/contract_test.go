@@ -59,6 +59,8 @@ var wire = []struct {
 // TestWireFormat pins what each event is on the wire: renaming a Go field or
 // a tag, or adding or dropping a member, changes the bytes and fails here
 // and against the AsyncAPI schema; the value must decode back unchanged.
+//
+//nolint:paralleltest // the cases fill the coverage map checked after them
 func TestWireFormat(t *testing.T) {
 	t.Parallel()
 	reg, c := events.NewRegistry(), contract(t)
@@ -103,6 +105,7 @@ func TestLegacyPayloads(t *testing.T) {
 	reg, c := events.NewRegistry(), contract(t)
 	for _, tc := range wire {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			// The fixture is what the untagged types wrote, byte for byte.
 			old, err := json.Marshal(untagged(tc.ev))
 			if err != nil {
@@ -198,6 +201,7 @@ func TestAsyncAPIExamples(t *testing.T) {
 		}
 		for _, ex := range m.Examples {
 			t.Run(typ+"/"+ex.Name, func(t *testing.T) {
+				t.Parallel()
 				if err := m.CheckPayload(ex.Payload); err != nil {
 					t.Fatal(err)
 				}
@@ -298,6 +302,7 @@ func TestSchemasAgreeWithTheDecoder(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			m, ok := c.Message(tc.typ)
 			if !ok {
 				t.Fatalf("no message %s", tc.typ)

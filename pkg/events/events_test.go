@@ -16,6 +16,7 @@ import (
 )
 
 func TestTopicOf(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, typ, want string
 		wantErr         bool
@@ -30,6 +31,7 @@ func TestTopicOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := events.TopicOf(tc.typ)
 			if tc.wantErr {
 				if !errors.Is(err, events.ErrUnprocessable) {
@@ -45,6 +47,7 @@ func TestTopicOf(t *testing.T) {
 }
 
 func TestTopics(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	want := []string{"like-events", "order-events", "product-events", "stock-events"}
 	if diff := cmp.Diff(want, reg.Topics()); diff != "" {
@@ -60,6 +63,7 @@ func TestTopics(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	tests := []struct {
 		name          string
@@ -78,6 +82,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rec, err := reg.Marshal(tc.ev)
 			if err != nil {
 				t.Fatal(err)
@@ -117,6 +122,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestMarshalUnknown(t *testing.T) {
+	t.Parallel()
 	type notAnEvent struct{ X int }
 	if _, err := events.NewRegistry().Marshal(notAnEvent{}); !errors.Is(err, events.ErrUnknownType) {
 		t.Fatalf("Marshal(unknown) error = %v, want ErrUnknownType", err)
@@ -124,6 +130,7 @@ func TestMarshalUnknown(t *testing.T) {
 }
 
 func TestUnmarshalErrors(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	tests := []struct {
 		name, typ, data string
@@ -140,6 +147,7 @@ func TestUnmarshalErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := reg.Unmarshal(tc.typ, []byte(tc.data))
 			if !errors.Is(err, tc.want) || !errors.Is(err, events.ErrUnprocessable) {
 				t.Fatalf("Unmarshal error = %v, want %v (permanent)", err, tc.want)
@@ -149,6 +157,7 @@ func TestUnmarshalErrors(t *testing.T) {
 }
 
 func TestFromCloudEventMissingExtensions(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	rec, err := reg.Marshal(events.StockDepletedV1{ProductID: 1})
 	if err != nil {
@@ -160,6 +169,7 @@ func TestFromCloudEventMissingExtensions(t *testing.T) {
 	}
 	for _, ext := range []string{events.ExtAggregateType, events.ExtAggregateID, events.ExtSequence} {
 		t.Run("without "+ext, func(t *testing.T) {
+			t.Parallel()
 			ce := good.Clone()
 			ce.SetExtension(ext, nil)
 			if _, err := reg.FromCloudEvent(ce); !errors.Is(err, events.ErrBadData) {

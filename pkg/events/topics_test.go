@@ -30,6 +30,7 @@ func TestDomainTopics(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := reg.TopicFor(tc.ev)
 			if err != nil || got != tc.want {
 				t.Errorf("TopicFor(%T) = %q, %v; want %q", tc.ev, got, err, tc.want)

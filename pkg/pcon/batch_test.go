@@ -17,6 +17,7 @@ import (
 // the failed one), a permanent failure to the dead-letter topic, and
 // everything committed.
 func TestBatchHandler(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(300))
 	chk := newOrderChecker(recs)
@@ -109,6 +110,7 @@ func TestBatchHandler(t *testing.T) {
 // one attempt: they are retried alone and succeed, and only the poison
 // record reaches the dead-letter topic.
 func TestPoisonIsolatedFromBatchMates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(3000, keyMod(50))
 	poison := recs[1234]

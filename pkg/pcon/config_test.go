@@ -38,6 +38,7 @@ func fields(err error) []string {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		mutate func(*Config)
@@ -84,6 +85,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			c := validConfig()
 			tt.mutate(&c)
 			err := c.Validate()
@@ -98,6 +100,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNewRejectsNilHandler(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		h    Handler
@@ -108,6 +111,7 @@ func TestNewRejectsNilHandler(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := New(validConfig(), tt.h)
 			if diff := cmp.Diff([]string{"handler"}, fields(err)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -117,6 +121,7 @@ func TestNewRejectsNilHandler(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
+	t.Parallel()
 	base := sarama.NewConfig()
 	base.Consumer.Offsets.AutoCommit.Enable = true
 	c := validConfig()
@@ -142,6 +147,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  Config
@@ -156,6 +162,7 @@ func TestBackoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			d := tt.cfg.withDefaults()
 			var got []time.Duration
 			for i := 1; i <= 4; i++ {

@@ -130,8 +130,14 @@ func testLogger() *slog.Logger {
 // which fast handlers get, whatever test's handlers take. test passes mode
 // to start.
 func forEachEngineMode(t *testing.T, test func(t *testing.T, mode func(*pcon.Consumer))) {
-	t.Run("adaptive", func(t *testing.T) { test(t, func(*pcon.Consumer) {}) })
-	t.Run("shared workers", func(t *testing.T) { test(t, pcon.ShareWorkers) })
+	t.Run("adaptive", func(t *testing.T) {
+		t.Parallel()
+		test(t, func(*pcon.Consumer) {})
+	})
+	t.Run("shared workers", func(t *testing.T) {
+		t.Parallel()
+		test(t, pcon.ShareWorkers)
+	})
 }
 
 // start runs a consumer until the returned stop is called; stop reports

@@ -38,7 +38,10 @@ func (e *env) observeCommits(group string, chk *orderChecker) *kfake.FaultHandle
 	})
 }
 
-func TestRebalanceStorm(t *testing.T) { forEachEngineMode(t, testRebalanceStorm) }
+func TestRebalanceStorm(t *testing.T) {
+	t.Parallel()
+	forEachEngineMode(t, testRebalanceStorm)
+}
 
 func testRebalanceStorm(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
@@ -146,7 +149,10 @@ type poison struct {
 	attempts  atomic.Int32
 }
 
-func TestPoisonRecordsDeadLettered(t *testing.T) { forEachEngineMode(t, testPoisonRecordsDeadLettered) }
+func TestPoisonRecordsDeadLettered(t *testing.T) {
+	t.Parallel()
+	forEachEngineMode(t, testPoisonRecordsDeadLettered)
+}
 
 func testPoisonRecordsDeadLettered(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
@@ -250,6 +256,7 @@ func testPoisonRecordsDeadLettered(t *testing.T, mode func(*pcon.Consumer)) {
 }
 
 func TestBrokerFaults(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(100))
 	chk := newOrderChecker(recs)

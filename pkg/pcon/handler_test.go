@@ -13,6 +13,7 @@ import (
 )
 
 func TestKeyResolvers(t *testing.T) {
+	t.Parallel()
 	r := &Record{Key: []byte("rk"), Headers: []Header{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("tenant"), Value: []byte("acme")}}}
 	tests := []struct {
 		name string
@@ -26,6 +27,7 @@ func TestKeyResolvers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := tt.kr(r); got != tt.want {
 				t.Errorf("key = %q, want %q", got, tt.want)
 			}
@@ -34,6 +36,7 @@ func TestKeyResolvers(t *testing.T) {
 }
 
 func TestPermanent(t *testing.T) {
+	t.Parallel()
 	base := errors.New("bad")
 	tests := []struct {
 		name string
@@ -47,6 +50,7 @@ func TestPermanent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := isPermanent(tt.err); got != tt.want {
 				t.Errorf("isPermanent = %v", got)
 			}
@@ -58,6 +62,7 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestBatchRunnerAttribution(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	tests := []struct {
 		name string
@@ -70,6 +75,7 @@ func TestBatchRunnerAttribution(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			run := batchRunner(func(context.Context, []*Record) error { return tt.ret })
 			got := run(context.Background(), recordTasks(3))
 			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
@@ -78,6 +84,7 @@ func TestBatchRunnerAttribution(t *testing.T) {
 		})
 	}
 	t.Run("a permanent error of a whole batch names no record", func(t *testing.T) {
+		t.Parallel()
 		perm := Permanent(boom)
 		run := batchRunner(func(context.Context, []*Record) error { return perm })
 		errs := run(context.Background(), recordTasks(2))

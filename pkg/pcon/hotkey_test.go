@@ -128,6 +128,8 @@ func sumStats(s pcon.Stats, f func(pcon.PartitionStats) uint64) uint64 {
 // with a backlog its slow handler needs seconds to drain, under the Block
 // policy, while records of other keys keep arriving on partitions 1 and 2.
 // Those must be handled with a latency far below the hot key's drain time.
+//
+//nolint:paralleltest // measures the cold partitions' latency against the hot key's drain time
 func TestFloodedKeyDoesNotStallOtherPartitions(t *testing.T) {
 	e := newEnv(t)
 	pp := e.partitionProducer()
@@ -246,6 +248,7 @@ func TestFloodedKeyDoesNotStallOtherPartitions(t *testing.T) {
 // reason header. Either way offsets are committed to the end and the
 // records that ran kept their order.
 func TestKeyOverflowPolicies(t *testing.T) {
+	t.Parallel()
 	const (
 		n        = 200
 		capacity = 5
@@ -273,6 +276,7 @@ func TestKeyOverflowPolicies(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			pp := e.partitionProducer()
 			hot := make([]*kgo.Record, n)
@@ -381,6 +385,7 @@ func (o *orderChecker) completed() int {
 // consumer no key may run in two batches at once; nothing is lost; the
 // group commits exactly the end offsets.
 func TestRebalanceInMiddleOfRuns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(6))
 	chk := newOrderChecker(recs)
@@ -462,6 +467,7 @@ func TestRebalanceInMiddleOfRuns(t *testing.T) {
 // records with ErrHandlerTimeout; they are retried (and succeed) or, if
 // every attempt overruns, dead-lettered with the timeout in pcon-error.
 func TestHandlerTimeout(t *testing.T) {
+	t.Parallel()
 	const target = 7 // index in the produced records of the slow one
 	for _, tc := range []struct {
 		name   string
@@ -474,6 +480,7 @@ func TestHandlerTimeout(t *testing.T) {
 		{name: "batch/always-overruns", batch: true, always: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			recs := e.produce(60, keyMod(6))
 			slow := recs[target]
@@ -522,7 +529,7 @@ func TestHandlerTimeout(t *testing.T) {
 			var missing []string
 			mu.Lock()
 			for i, r := range recs {
-				if !succeeded[[2]int64{int64(r.Partition), r.Offset}] && !(tc.always && i == target) {
+				if !succeeded[[2]int64{int64(r.Partition), r.Offset}] && (!tc.always || i != target) {
 					missing = append(missing, fmt.Sprintf("p%d@%d", r.Partition, r.Offset))
 				}
 			}
@@ -578,6 +585,7 @@ func TestHandlerTimeout(t *testing.T) {
 // held shut, records produced meanwhile still show up in TrueLag because
 // the commit loop asks the broker for the log end.
 func TestTrueLag(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const group = "true-lag"
 	gate := make(chan struct{})
@@ -634,7 +642,7 @@ func TestTrueLag(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	all := append(first, e.produce(300, keyMod(30))...)
+	all := slices.Concat(first, e.produce(300, keyMod(30)))
 	wantLag := map[int32]int64{0: 0, 1: 0, 2: 0}
 	for p, end := range endOffsets(all) {
 		wantLag[p] = end

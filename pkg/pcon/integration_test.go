@@ -38,7 +38,10 @@ func checkClean(t *testing.T, chk *orderChecker) {
 	}
 }
 
-func TestKeyOrder100k(t *testing.T) { forEachEngineMode(t, testKeyOrder100k) }
+func TestKeyOrder100k(t *testing.T) {
+	t.Parallel()
+	forEachEngineMode(t, testKeyOrder100k)
+}
 
 func testKeyOrder100k(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
@@ -60,7 +63,10 @@ func testKeyOrder100k(t *testing.T, mode func(*pcon.Consumer)) {
 // TestHardStopRestart stops a consumer whose final commit cannot reach the
 // broker, so the restart starts from the last periodic commit and its
 // metadata.
-func TestHardStopRestart(t *testing.T) { forEachEngineMode(t, testHardStopRestart) }
+func TestHardStopRestart(t *testing.T) {
+	t.Parallel()
+	forEachEngineMode(t, testHardStopRestart)
+}
 
 func testHardStopRestart(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
@@ -147,7 +153,10 @@ func testHardStopRestart(t *testing.T, mode func(*pcon.Consumer)) {
 // TestOrderingModesEndToEnd checks the other two orderings against the
 // broker: PartitionOrder never overlaps records of a partition and handles
 // them in offset order; Unordered handles everything.
-func TestOrderingModesEndToEnd(t *testing.T) { forEachEngineMode(t, testOrderingModesEndToEnd) }
+func TestOrderingModesEndToEnd(t *testing.T) {
+	t.Parallel()
+	forEachEngineMode(t, testOrderingModesEndToEnd)
+}
 
 func testOrderingModesEndToEnd(t *testing.T, mode func(*pcon.Consumer)) {
 	tests := []struct {
@@ -159,6 +168,7 @@ func testOrderingModesEndToEnd(t *testing.T, mode func(*pcon.Consumer)) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			recs := e.produce(5000, keyMod(100))
 			chk := newOrderChecker(recs)

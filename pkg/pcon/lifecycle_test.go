@@ -15,6 +15,8 @@ func noop(context.Context, *pcon.Record) error { return nil }
 
 // TestCloseReleasesEverything runs a consumer, closes it from several
 // goroutines at once, and checks that no goroutine it started survives.
+//
+//nolint:paralleltest // goleak checks every goroutine of the process: another test's would count as leaked
 func TestCloseReleasesEverything(t *testing.T) {
 	e := newEnv(t)
 	recs := e.produce(2000, keyMod(20))
@@ -47,6 +49,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // goleak checks every goroutine of the process: another test's would count as leaked
 func TestCloseBeforeRun(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	c, err := pcon.New(pcon.Config{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topics: []string{"t"}}, pcon.RecordHandler(noop))
@@ -61,6 +64,7 @@ func TestCloseBeforeRun(t *testing.T) {
 }
 
 func TestRunTwice(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(10, keyMod(2))
 	c, stop := start(t, e.config("twice"), pcon.RecordHandler(noop))

@@ -162,6 +162,7 @@ func countByPartition(recs []produced) map[int32]int64 {
 // the committed offset it starts at or released at, and the records
 // completed in between.
 func TestAssignmentHooks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const group = "hooks"
 	handler := pcon.RecordHandler(func(context.Context, *pcon.Record) error { return nil })
@@ -273,6 +274,7 @@ func TestAssignmentHooks(t *testing.T) {
 // Consumer with InstanceID "a" comes back within the session timeout. It
 // gets a's partitions back and "b" is not rebalanced.
 func TestStaticMembershipRejoin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const group = "static"
 	var handled sync.Map

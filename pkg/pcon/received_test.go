@@ -14,6 +14,7 @@ import (
 // fetched, after it was produced and before the handler runs, and keeps that
 // time on a retry.
 func TestReceivedTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	produced := time.Now()
 	recs := e.produce(200, keyMod(10))

@@ -16,6 +16,7 @@ type fixed pcon.Stats
 func (f fixed) Stats() pcon.Stats { return pcon.Stats(f) }
 
 func TestCollector(t *testing.T) {
+	t.Parallel()
 	src := fixed{
 		Group: "g", InFlight: 7, Capacity: 100,
 		Partitions: []pcon.PartitionStats{

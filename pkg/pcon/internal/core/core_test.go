@@ -150,6 +150,7 @@ func keys(pairs ...any) map[int64]string {
 }
 
 func TestOrderingModes(t *testing.T) {
+	t.Parallel()
 	// offsets 0..5 with keys a a b b "" ""
 	ks := keys(0, "a", 1, "a", 2, "b", 3, "b")
 	tests := []struct {
@@ -172,8 +173,10 @@ func TestOrderingModes(t *testing.T) {
 			{"raw keys", (*harness).addRaw},
 		} {
 			t.Run(tt.name+"/"+keyed.name, func(t *testing.T) {
-				tt.cfg.MaxInFlight = 100
-				h := newHarness(t, tt.cfg)
+				t.Parallel()
+				cfg := tt.cfg
+				cfg.MaxInFlight = 100
+				h := newHarness(t, cfg)
 				ep := h.c.Assign(tp0, 0, "")
 				keyed.add(h, tp0, ep, ks, 0, 1, 2, 3, 4, 5)
 				first := h.take()
@@ -192,6 +195,7 @@ func TestOrderingModes(t *testing.T) {
 }
 
 func TestBlockingOffsetFirst(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 2, Ordering: ByKey})
 	e1 := h.c.Assign(tp1, 0, "")
 	e0 := h.c.Assign(tp0, 0, "")
@@ -209,6 +213,7 @@ func TestBlockingOffsetFirst(t *testing.T) {
 }
 
 func TestPartitionsTakeTurns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 1, Ordering: None})
 	e0 := h.c.Assign(tp0, 0, "")
 	e1 := h.c.Assign(tp1, 0, "")
@@ -229,6 +234,7 @@ func TestPartitionsTakeTurns(t *testing.T) {
 }
 
 func TestHotKeyDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 2, Ordering: ByKey})
 	ep := h.c.Assign(tp0, 0, "")
 	ks := map[int64]string{}
@@ -247,6 +253,7 @@ func TestHotKeyDoesNotStarveOthers(t *testing.T) {
 }
 
 func TestHysteresis(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 10, Ordering: None})
 	ep := h.c.Assign(tp0, 0, "")
 	for o := range int64(10) {
@@ -278,6 +285,7 @@ func TestHysteresis(t *testing.T) {
 }
 
 func TestEpochFencing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 10, Ordering: ByKey})
 	ep := h.c.Assign(tp0, 0, "")
 	h.add(tp0, ep, keys(0, "a", 1, "b"), 0, 1)
@@ -311,11 +319,13 @@ func TestEpochFencing(t *testing.T) {
 }
 
 func TestForeignMetadataIgnored(t *testing.T) {
+	t.Parallel()
 	for name, meta := range map[string]string{
 		"other tool":     "some-tool-state",
 		"another offset": mustEncode(t, 5, []int64{7}),
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, Config{MaxInFlight: 10, Ordering: None})
 			var logs bytes.Buffer
 			h.c.log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -340,6 +350,7 @@ func mustEncode(t *testing.T, base int64, done []int64) string {
 }
 
 func TestRetryThenDeadLetter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		err      error
@@ -351,6 +362,7 @@ func TestRetryThenDeadLetter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, Config{MaxInFlight: 10, MaxAttempts: 3, Ordering: ByKey})
 			ep := h.c.Assign(tp0, 0, "")
 			h.add(tp0, ep, keys(0, "k", 1, "k", 2, "other"), 0, 1, 2)
@@ -385,6 +397,7 @@ func TestRetryThenDeadLetter(t *testing.T) {
 }
 
 func TestFailedDeadLetterNeverCommits(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 10, MaxAttempts: 1, Ordering: ByKey})
 	ep := h.c.Assign(tp0, 0, "")
 	h.add(tp0, ep, keys(0, "k", 1, "j"), 0, 1)
@@ -404,6 +417,7 @@ func TestFailedDeadLetterNeverCommits(t *testing.T) {
 }
 
 func TestRevokeWaitsForInFlight(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 10, Ordering: None})
 	ep := h.c.Assign(tp0, 0, "")
 	h.add(tp0, ep, nil, 0, 1)
@@ -432,6 +446,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 func TestIdleLanesAreSwept(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 100_000, Ordering: ByKey})
 	ep := h.c.Assign(tp0, 0, "")
 	const n = 5 * idleLanes

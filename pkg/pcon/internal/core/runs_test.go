@@ -35,6 +35,7 @@ func sameKey(key string, offs ...int64) map[int64]string {
 }
 
 func TestRuns(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		cfg      Config
@@ -96,6 +97,7 @@ func TestRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, tt.cfg)
 			ep := h.c.Assign(tp0, 0, "")
 			h.add(tp0, ep, tt.keys, tt.offs...)
@@ -124,6 +126,7 @@ func completions(ts []engine.Task, errs map[int64]error) []engine.Completion {
 // complete; 2 is retried alone; 3 and 4 are not complete, whatever they
 // returned, and run again after 2, in order. Key j is not held up.
 func TestRunPartialFailure(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 100, Ordering: ByKey, MaxRun: 10, MaxAttempts: 3})
 	ep := h.c.Assign(tp0, 0, "")
 	ks := sameKey("k", 0, 1, 2, 3, 4)
@@ -167,6 +170,7 @@ func TestRunPartialFailure(t *testing.T) {
 // TestRunDeadLetterReleasesFollowers: when a run's failed record is
 // dead-lettered, the records behind it run next, in order.
 func TestRunDeadLetterReleasesFollowers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 100, Ordering: ByKey, MaxRun: 10, MaxAttempts: 1})
 	ep := h.c.Assign(tp0, 0, "")
 	h.add(tp0, ep, sameKey("k", 0, 1, 2), 0, 1, 2)
@@ -183,6 +187,7 @@ func TestRunDeadLetterReleasesFollowers(t *testing.T) {
 }
 
 func TestKeyQueueOverflow(t *testing.T) {
+	t.Parallel()
 	hot := sameKey("k", 0, 1, 2, 3, 4, 5)
 	tests := []struct {
 		name     string
@@ -198,6 +203,7 @@ func TestKeyQueueOverflow(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, Config{MaxInFlight: 100, Ordering: ByKey, KeyQueueCapacity: 2, Overflow: tt.policy})
 			ep := h.c.Assign(tp0, 0, "")
 			items := make([]Item, 0, 6)
@@ -248,6 +254,7 @@ func TestKeyQueueOverflow(t *testing.T) {
 }
 
 func TestRevokeReleasesBlockedFeeder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, Config{MaxInFlight: 100, Ordering: ByKey, KeyQueueCapacity: 1})
 	ep := h.c.Assign(tp0, 0, "")
 	_, wait := h.c.Add(tp0, ep, []Item{{Offset: 0, Key: "k"}, {Offset: 1, Key: "k"}, {Offset: 2, Key: "k"}}, 3)

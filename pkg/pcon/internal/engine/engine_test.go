@@ -14,6 +14,7 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/enginetest"
 )
 
+//nolint:paralleltest // the contract's shutdown case checks with goleak that no goroutine of the process leaked
 func TestPerRecordContract(t *testing.T) {
 	// Which mode the engine picks depends on how fast the handlers are;
 	// each mode must meet the contract on its own.
@@ -35,6 +36,7 @@ func TestPerRecordContract(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // the contract's shutdown case checks with goleak that no goroutine of the process leaked
 func TestBatchContract(t *testing.T) {
 	for _, linger := range []time.Duration{0, time.Millisecond} {
 		t.Run(fmt.Sprintf("linger %v", linger), func(t *testing.T) {
@@ -48,6 +50,7 @@ func TestBatchContract(t *testing.T) {
 }
 
 func TestBatchLimits(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		opt   engine.BatchOptions
@@ -59,6 +62,7 @@ func TestBatchLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			tt.opt.MaxWait = time.Hour // only Close flushes the remainder
 			tt.opt.Concurrency = 1
 			var mu sync.Mutex
@@ -92,6 +96,7 @@ func TestBatchLimits(t *testing.T) {
 // blocked, repeatedly, so that a reused worker and a fresh task race; every
 // new task must still run while the blocked one waits.
 func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	done := make(chan int, 100)
 	e := engine.NewPerRecord(func(_ context.Context, ts []engine.Task) []error {
@@ -132,6 +137,7 @@ func TestPerRecordNeverQueuesBehindBusyWorker(t *testing.T) {
 // TestBatchAlone: a task marked Alone gets a batch of its own, wherever it
 // stands among the pending tasks.
 func TestBatchAlone(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got [][]int64
 	run := func(_ context.Context, ts []engine.Task) []error {
@@ -165,6 +171,7 @@ func TestBatchAlone(t *testing.T) {
 // completions of the tasks run before it must still be delivered, while it
 // blocks.
 func TestPerRecordFastStall(t *testing.T) {
+	t.Parallel()
 	const n, stuck = 200, 5
 	release := make(chan struct{})
 	var mu sync.Mutex

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCodecPicksShorter(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		done []int64
@@ -19,6 +20,7 @@ func TestCodecPicksShorter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			meta, kept := Encode(100, tt.done, MaxMetadata)
 			if kept != len(tt.done) {
 				t.Fatalf("kept %d of %d", kept, len(tt.done))
@@ -41,6 +43,7 @@ func TestCodecPicksShorter(t *testing.T) {
 }
 
 func TestDecodeForeign(t *testing.T) {
+	t.Parallel()
 	for name, meta := range map[string]string{
 		"empty":        "",
 		"other tool":   "consumer-xyz:v1",
@@ -50,6 +53,7 @@ func TestDecodeForeign(t *testing.T) {
 		"bad run":      "pcon1r:" + b64.EncodeToString([]byte{1, 5, 0}),
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if _, _, err := Decode(meta); !errors.Is(err, ErrForeign) {
 				t.Fatalf("Decode(%q) err = %v, want ErrForeign", meta, err)
 			}
@@ -58,6 +62,7 @@ func TestDecodeForeign(t *testing.T) {
 }
 
 func TestEncodeTruncatesOldest(t *testing.T) {
+	t.Parallel()
 	// Every third offset defeats RLE and spreads the bitset far enough that
 	// neither fits, forcing truncation.
 	done := every(1, 3, 60000)

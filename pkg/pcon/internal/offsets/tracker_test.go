@@ -7,6 +7,7 @@ import (
 )
 
 func TestTracker(t *testing.T) {
+	t.Parallel()
 	type state struct {
 		Committable int64
 		Gap         int
@@ -75,6 +76,7 @@ func TestTracker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			tr := NewTracker(tt.start, tt.hydrated)
 			for _, o := range tt.add {
 				tr.Add(o)
@@ -100,6 +102,7 @@ func TestTracker(t *testing.T) {
 }
 
 func TestTrackerHydratedSkip(t *testing.T) {
+	t.Parallel()
 	tr := NewTracker(0, []int64{1, 2, 3})
 	if _, done := tr.Add(0); done {
 		t.Fatal("offset 0 is the committed offset and must be processed")
@@ -116,6 +119,7 @@ func TestTrackerHydratedSkip(t *testing.T) {
 }
 
 func TestTrackerLongRunCompacts(t *testing.T) {
+	t.Parallel()
 	tr := NewTracker(0, nil)
 	for o := range int64(10000) {
 		tr.Add(o)

@@ -12,6 +12,8 @@ import (
 // database itself: an outbox insert that fails (the domain write before it
 // must roll back), and a failure at commit time, after both the domain write
 // and the outbox insert (neither may remain).
+//
+//nolint:paralleltest // the cases run in turn: each installs a fault on the shared database and removes it
 func TestStateChangeAndOutboxCommitTogether(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -8,6 +8,8 @@ import (
 
 // TestBadInput sends invalid requests and checks each gets its 4xx problem
 // and leaves every table, the outbox included, exactly as it was.
+//
+//nolint:paralleltest // the cases share one database, and each compares it before and after its request
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 )
 
+//nolint:paralleltest // the steps run in turn on one product's cache entry
 func TestProductCache(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

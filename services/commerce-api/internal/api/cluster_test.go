@@ -23,6 +23,7 @@ func (v *lateView) View(ctx context.Context) (cluster.View, error) { return v.st
 // node, a leader change after expiry, a released partition with a handoff,
 // one with lag), and says what the tables hold.
 func TestClusterView(t *testing.T) {
+	t.Parallel()
 	var cv lateView
 	e := newEnv(t, func(d *api.Deps) { d.Cluster = &cv })
 	st, err := cluster.Open(e.url)

@@ -84,6 +84,7 @@ func TestProductList(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			p := decode[pageBody](t, e.do(t, "GET", "/api/v1/products"+tc.query, "", ""), http.StatusOK)
 			if diff := cmp.Diff(tc.ids, ids(p)); diff != "" {
 				t.Errorf("ids (-want +got):\n%s", diff)
@@ -103,6 +104,7 @@ func TestProductList(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // the steps run in turn: each starts from the like the previous one left
 func TestLikeAndUnlike(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

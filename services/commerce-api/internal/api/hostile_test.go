@@ -70,7 +70,10 @@ func (e *env) checkProblem(t *testing.T, tc hostileCase) problemBody {
 // it must not: bad user ids, control characters, non-JSON bodies, lines
 // repeated to pass the quantity bound, loosely written numbers and deep
 // pages. Each is a 4xx problem that writes nothing.
+//
+//nolint:paralleltest // the cases share one database, and each compares it before and after its request
 func TestHostileInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "lamp", 30000, 100)
 	o := e.createOrder(t, "alice", [2]int64{p, 1})
@@ -155,6 +158,7 @@ func dupPointers(n int) []string {
 // huge name: the problem lists MaxFieldErrors of them, counts the rest, and
 // stays small.
 func TestErrorListIsCapped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var b strings.Builder
 	b.WriteString(`{"name":"a","price":1,"stock":1,"` + strings.Repeat("k", 100_000) + `":1`)

@@ -14,6 +14,7 @@ import (
 // that the API validates first: a data error from the database is still a
 // 400, never a 500, and an unavailable database is a 503 with Retry-After.
 func TestProblemForBackstops(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		err        error
@@ -27,6 +28,7 @@ func TestProblemForBackstops(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			p := problemFor(tc.err)
 			if p.Status != tc.status || p.retryAfter != tc.retryAfter || p.Title != http.StatusText(tc.status) {
 				t.Errorf("problemFor = %+v; want status %d, Retry-After %d", p, tc.status, tc.retryAfter)

@@ -19,6 +19,7 @@ import (
 // and summaries matching the document; a bad Last-Event-ID is a 400 and a
 // stream past the limit a 503, both problems.
 func TestStreamHTTP(t *testing.T) {
+	t.Parallel()
 	var hub *stream.Hub
 	e := newEnv(t, func(d *api.Deps) {
 		hub = stream.New(d.Store, nil, stream.Config{MaxStreams: 1, SummaryEvery: 50 * time.Millisecond}, slog.New(slog.DiscardHandler))
@@ -76,6 +77,7 @@ func TestStreamHTTP(t *testing.T) {
 // TestStreamOutlivesServerTimeouts: a stream keeps flowing past the
 // server's read and write timeouts, which bound ordinary requests.
 func TestStreamOutlivesServerTimeouts(t *testing.T) {
+	t.Parallel()
 	var hub *stream.Hub
 	e := newEnv(t, func(d *api.Deps) {
 		hub = stream.New(d.Store, nil, stream.Config{SummaryEvery: 50 * time.Millisecond}, slog.New(slog.DiscardHandler))
@@ -110,6 +112,7 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 // TestLivePageServed: the page and its assets come from the binary, with
 // nothing fetched from elsewhere.
 func TestLivePageServed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	page := e.do(t, "GET", "/", "", "")
 	if page.Status != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {

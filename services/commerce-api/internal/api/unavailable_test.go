@@ -31,7 +31,7 @@ func (e *env) lockProduct(t *testing.T, id int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tx.Rollback(ctx) })
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM products WHERE id = $1 FOR UPDATE`, id); err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +57,14 @@ func (e *env) waitForLockWaiter(t *testing.T) int64 {
 // a 503 with Retry-After and a problem that does not quote the driver, and
 // writes nothing.
 func TestDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
 	unavailable := func(path string) hostileCase {
 		return hostileCase{method: "POST", path: path, header: hdr("Content-Type", "application/json", api.UserHeader, "alice"),
 			status: http.StatusServiceUnavailable, detail: "retry after"}
 	}
 
 	t.Run("connection terminated by an administrator (restart)", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t)
 		p := e.createProduct(t, "lamp", 1, 1)
 		e.lockProduct(t, p)
@@ -74,6 +76,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	})
 
 	t.Run("request deadline", func(t *testing.T) {
+		t.Parallel()
 		e := newEnv(t, func(d *api.Deps) { d.RequestTimeout = 200 * time.Millisecond })
 		p := e.createProduct(t, "lamp", 1, 1)
 		e.lockProduct(t, p)
@@ -81,6 +84,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	})
 
 	t.Run("statement timeout", func(t *testing.T) {
+		t.Parallel()
 		e := newEnvStore(t, func(c *storeConfig) { c.Options.StatementTimeout = 200 * time.Millisecond })
 		p := e.createProduct(t, "lamp", 1, 1)
 		e.lockProduct(t, p)
@@ -88,6 +92,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	})
 
 	t.Run("database unreachable", func(t *testing.T) {
+		t.Parallel()
 		var px *testenv.Proxy
 		e := newEnvStore(t, func(c *storeConfig) { c.URL, px = testenv.ProxyURL(t, c.URL) })
 		p := e.createProduct(t, "lamp", 1, 1)
@@ -131,6 +136,7 @@ func checkNoDriverText(t *testing.T, pb problemBody) {
 // abandons: the method label stays within the standard methods plus OTHER,
 // and the abandoned request is not counted as a server error.
 func TestMetricsLabels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	p := e.createProduct(t, "lamp", 1, 1)
 	for i := range 50 {

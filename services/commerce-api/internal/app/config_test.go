@@ -36,6 +36,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got, err := config.Parse(config.FromMap(tc.env), Load)
 			if tc.wantErr == nil {
 				if err != nil {

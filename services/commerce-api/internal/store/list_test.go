@@ -17,6 +17,7 @@ import (
 // the newest product first. Counts repeat on purpose, and a quarter of the
 // products keep the row of zeros they were created with.
 func TestListProductsOrder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	url, s := openTest(t)
 	db := storetest.Open(t, url)

@@ -15,6 +15,7 @@ func TestProductsQueryLocksInIDOrder(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []lockMode{lockShare, lockWrite} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			q := productsQuery(stockColumn, mode)
 			if !strings.HasSuffix(q, " ORDER BY id "+string(mode)) {
 				t.Errorf("%q does not end in ORDER BY id %s", q, mode)

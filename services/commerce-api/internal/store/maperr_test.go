@@ -15,6 +15,7 @@ import (
 // TestMapErrCodes covers the SQLSTATEs a running server cannot be made to
 // send on demand in a test (a restart, a crash, recovery).
 func TestMapErrCodes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		code string
 		want error
@@ -36,6 +37,7 @@ func TestMapErrCodes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.code, func(t *testing.T) {
+			t.Parallel()
 			err := mapErr(fmt.Errorf("stmt: %w", &pgconn.PgError{Code: tc.code}))
 			if !errors.Is(err, tc.want) {
 				t.Errorf("mapErr(%s) = %v, want %v", tc.code, err, tc.want)
@@ -49,6 +51,7 @@ func TestMapErrCodes(t *testing.T) {
 
 // TestMapErrConnectionRefused connects to a port nobody listens on.
 func TestMapErrConnectionRefused(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ func TestInTxMapsDriverErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			err := s.InTx(ctx, func(tx *Tx) error { return tx.db.Exec(tc.sql, tc.args...).Error })
 			if !errors.Is(err, tc.want) {
 				t.Errorf("got %v, want %v", err, tc.want)

@@ -184,6 +184,7 @@ var quiet = stream.Config{Coalesce: 20 * time.Millisecond, SummaryEvery: time.Ho
 // changed meanwhile, including a change whose transaction started before the
 // disconnection and committed after a later one.
 func TestOrderAndResume(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, quiet, nil)
 	ctx := context.Background()
 	s, err := f.hub.Subscribe(ctx, 0)
@@ -204,7 +205,7 @@ func TestOrderAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slow.Rollback()
+	defer func() { _ = slow.Rollback() }() // a no-op once committed
 	if _, err := slow.Exec(`INSERT INTO product_metrics AS m (product_id, like_count) VALUES (4, 100)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + 100`); err != nil {
 		t.Fatal(err)
@@ -248,6 +249,7 @@ func TestOrderAndResume(t *testing.T) {
 // every watermark) gets a reset with the top products (here: all of them),
 // and a real watermark to go on from.
 func TestResumeFromUnknownID(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, quiet, nil)
 	f.like(t, 1, 2)
 	f.like(t, 3, 1)
@@ -276,6 +278,8 @@ func TestResumeFromUnknownID(t *testing.T) {
 
 // TestCoalescing: a thousand changes a second reach the clients as at most
 // one frame per Coalesce, and the last frame holds the final values.
+//
+//nolint:paralleltest // counts frames against the elapsed time
 func TestCoalescing(t *testing.T) {
 	cfg := quiet
 	cfg.Coalesce = 100 * time.Millisecond
@@ -318,6 +322,7 @@ func TestCoalescing(t *testing.T) {
 // buffer is full; another client gets every change and the hub holds only
 // it.
 func TestSlowClientDropped(t *testing.T) {
+	t.Parallel()
 	cfg := quiet
 	cfg.ClientBuffer = 3
 	f := newFixture(t, cfg, nil)
@@ -364,6 +369,7 @@ commerce_api_stream_clients_dropped_total 1
 // TestStreamLimit: past MaxStreams a subscription is refused, and a freed
 // slot can be taken again.
 func TestStreamLimit(t *testing.T) {
+	t.Parallel()
 	cfg := quiet
 	cfg.MaxStreams = 2
 	f := newFixture(t, cfg, nil)
@@ -391,6 +397,7 @@ func TestStreamLimit(t *testing.T) {
 // TestShutdownEndsStreams: when Run's context ends, every subscription ends
 // and new ones are refused.
 func TestShutdownEndsStreams(t *testing.T) {
+	t.Parallel()
 	url := testenv.DatabaseURL(t)
 	st, err := store.Open(context.Background(), url, pg.Options{MaxConns: 4}, events.NewRegistry())
 	if err != nil {
@@ -432,6 +439,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 // left, without their ids (a host or pod name), and, per group, the owned
 // partitions and their total lag.
 func TestSummarize(t *testing.T) {
+	t.Parallel()
 	lag := func(n int64) *int64 { return &n }
 	released := time.Now()
 	v := cluster.View{
@@ -464,6 +472,7 @@ func TestSummarize(t *testing.T) {
 // that timed it (two consumers here), leaves out a node that stopped
 // heartbeating, and stays in the list, empty, when nobody timed it.
 func TestSummarizeStages(t *testing.T) {
+	t.Parallel()
 	window := func(stage string, ms ...float64) stages.Window {
 		rec, err := stages.NewRecorder(prometheus.NewRegistry(), nil, stage)
 		if err != nil {
@@ -509,6 +518,8 @@ func (v *views) View(context.Context) (cluster.View, error) {
 // TestGroupRates: a group's events per second come from the owners'
 // counters of two successive summaries, and are unknown on the first one
 // and across a change of owner (the counters are per process).
+//
+//nolint:paralleltest // computes a rate from the wall-clock time between two summaries
 func TestGroupRates(t *testing.T) {
 	n := func(v int64) *int64 { return &v }
 	view := func(owner string, processed int64) cluster.View {
@@ -539,6 +550,7 @@ func TestGroupRates(t *testing.T) {
 // TestNewClientGetsLastSummary: a new client has the last summary queued
 // right after its first event, not a SummaryEvery later.
 func TestNewClientGetsLastSummary(t *testing.T) {
+	t.Parallel()
 	cfg := quiet
 	cfg.SummaryEvery = 50 * time.Millisecond
 	f := newFixture(t, cfg, nil)

@@ -18,6 +18,7 @@ import (
 )
 
 func TestLoadConfig(t *testing.T) {
+	t.Parallel()
 	base := map[string]string{
 		"DATABASE_URL":  "postgres://u:p@db:5432/commerce?sslmode=disable",
 		"KAFKA_BROKERS": "k1:9092, k2:9092",
@@ -39,6 +40,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 
 	t.Run("defaults", func(t *testing.T) {
+		t.Parallel()
 		got, err := config.Parse(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")), Load)
 		if err != nil {
 			t.Fatal(err)
@@ -58,6 +60,7 @@ func TestLoadConfig(t *testing.T) {
 		}
 	})
 	t.Run("node id defaults to host and pid", func(t *testing.T) {
+		t.Parallel()
 		got, err := config.Parse(config.FromMap(with()), Load)
 		if err != nil {
 			t.Fatal(err)
@@ -88,6 +91,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := config.Parse(config.FromMap(tt.env), Load)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %s", err, tt.want)
@@ -99,6 +103,7 @@ func TestLoadConfig(t *testing.T) {
 // TestRunRefusesBadConfiguration: the process stops before touching anything
 // and the error names the variable.
 func TestRunRefusesBadConfiguration(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{
 		"DATABASE_URL":            "postgres://localhost:1/none",
 		"KAFKA_BROKERS":           "localhost:1",

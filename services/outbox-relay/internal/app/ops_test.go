@@ -19,6 +19,7 @@ import (
 // health, readiness with the node's role, and the relay's metrics; readiness
 // fails once Kafka is gone.
 func TestOpsEndpoints(t *testing.T) {
+	t.Parallel()
 	env := relaytest.New(t)
 	cfg := Config{
 		DatabaseURL: env.URL, Brokers: env.Brokers, AdminAddr: "127.0.0.1:0", GCPercent: 100,

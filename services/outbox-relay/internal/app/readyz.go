@@ -30,8 +30,9 @@ func withRole(next http.Handler, leading func() bool) http.Handler {
 		var fields map[string]any
 		if json.Unmarshal(body, &fields) == nil {
 			fields["role"] = role
-			if b, err := json.Marshal(fields); err == nil {
-				body = append(b, '\n')
+			var amended bytes.Buffer
+			if json.NewEncoder(&amended).Encode(fields) == nil {
+				body = amended.Bytes()
 			}
 		}
 		for k, v := range rec.header {

@@ -15,6 +15,7 @@ import (
 // arrived, between the send and the end of Wait; a message that failed has
 // none.
 func TestAckedAt(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
 	p, err := New(kafka.ListenAddrs(), 5*time.Second, reg, slog.New(slog.NewJSONHandler(io.Discard, nil)))

@@ -125,10 +125,12 @@ func messages(t *testing.T, reg *events.Registry) map[string]Message {
 // value, the same headers with the same bytes (attributes in the SDK's
 // order), and an error exactly where the SDK refuses the event.
 func TestRecordsAreTheSDKs(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	w := &recordWriter{reg: reg}
 	for name, m := range messages(t, reg) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			want, wantErr := sdkRecord(reg, m)
 			for pass := range 2 { // the first maps the shape, the second uses it
 				got, err := w.write(context.Background(), m)
@@ -162,10 +164,12 @@ func TestRecordsAreTheSDKs(t *testing.T) {
 // TestSDKReadsTheRecords: the SDK's Kafka binding, as consumers use it,
 // reads every attribute of a written record back as it was given.
 func TestSDKReadsTheRecords(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	w := &recordWriter{reg: reg}
 	for name, m := range messages(t, reg) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			pm, err := w.write(context.Background(), m)
 			if err != nil {
 				return // TestRecordsAreTheSDKs holds the errors to the SDK's
@@ -230,6 +234,7 @@ func headerValue(hs []sarama.RecordHeader, key string) []byte {
 // written exactly as the SDK writes them, and the remembered shapes stay
 // at the bound.
 func TestShapesBounded(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	w := &recordWriter{reg: reg}
 	m := messages(t, reg)["order paid"]
@@ -258,6 +263,7 @@ func TestShapesBounded(t *testing.T) {
 // TestWriteConcurrently maps events of several shapes from many goroutines
 // at once, as Prepare does, for the race detector.
 func TestWriteConcurrently(t *testing.T) {
+	t.Parallel()
 	reg := events.NewRegistry()
 	w := &recordWriter{reg: reg}
 	ms := messages(t, reg)

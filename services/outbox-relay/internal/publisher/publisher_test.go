@@ -11,6 +11,7 @@ import (
 )
 
 func TestUnpublishable(t *testing.T) {
+	t.Parallel()
 	wrap := func(err error) error { return fmt.Errorf("send: %w", &sarama.ProducerError{Err: err}) }
 	tests := []struct {
 		name string
@@ -32,6 +33,7 @@ func TestUnpublishable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := Unpublishable(tt.err); got != tt.want {
 				t.Errorf("Unpublishable(%v) = %v, want %v", tt.err, got, tt.want)
 			}

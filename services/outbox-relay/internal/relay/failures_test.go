@@ -90,6 +90,7 @@ func likes(product int64, users ...string) []any {
 }
 
 func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(3, "a", "b", "c", "d")...)
 
@@ -121,6 +122,7 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 }
 
 func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "old", ProductID: 3})
 	if err != nil {
@@ -149,6 +151,7 @@ func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 }
 
 func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		insert func(t *testing.T, env *relaytest.Env) relaytest.Row
@@ -172,6 +175,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			env, n := leader(t)
 			bad := tt.insert(t, env)
 			if tt.fault != nil {
@@ -198,6 +202,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 // answers REQUEST_TIMED_OUT; the idempotent producer's retry must not append
 // it again.
 func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	rows := insertCommitted(t, env, likes(6, "a", "b", "c", "d", "e")...)
 	fault := produceFault(env, "like-events", kerr.RequestTimedOut, 1)
@@ -215,6 +220,7 @@ func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
 // but whose topic derives by convention is published like any other, so that
 // consumers dead-letter it visibly instead of it vanishing into outbox_failed.
 func TestTypeUnknownToTheRegistryIsPublished(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	odd := env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "4", Data: []byte(`{}`)}, time.Time{})
 	good := insertCommitted(t, env, likes(4, "after")...)[0]

@@ -18,6 +18,7 @@ func snap(t *testing.T, s string) store.Snapshot {
 }
 
 func TestGapsSettleOnlyWhenTheirWritersHaveEnded(t *testing.T) {
+	t.Parallel()
 	type check struct {
 		lo, hi   int64
 		snap     string
@@ -66,6 +67,7 @@ func TestGapsSettleOnlyWhenTheirWritersHaveEnded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var g gaps
 			for i, c := range tt.checks {
 				got := g.resolved(c.lo, c.hi, snap(t, c.snap), func() ([]uint64, bool) { return c.inFlight, !c.unknown })
@@ -78,6 +80,7 @@ func TestGapsSettleOnlyWhenTheirWritersHaveEnded(t *testing.T) {
 }
 
 func TestGapsForgetRangesBelowTheCursor(t *testing.T) {
+	t.Parallel()
 	g := gaps{known: []gap{{lo: 1, hi: 2}, {lo: 4, hi: 6}, {lo: 9, hi: 9}}}
 	g.forget(5)
 	if diff := cmp.Diff([]gap{{lo: 4, hi: 6}, {lo: 9, hi: 9}}, g.known, cmp.AllowUnexported(gap{})); diff != "" {

@@ -116,11 +116,14 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 }
 
 // leader starts an environment with one node that holds the lease, for tests
-// that run passes by hand.
+// that run passes by hand. Nothing renews a lease taken by hand, so it is
+// long: however slowly a loaded machine runs the test's steps, it holds.
 func leader(t *testing.T) (*relaytest.Env, *node) {
 	t.Helper()
 	env := relaytest.New(t)
-	n := newNode(t, env, testConfig(env, "node-a"))
+	cfg := testConfig(env, "node-a")
+	cfg.LeaseTTL = time.Minute
+	n := newNode(t, env, cfg)
 	n.lead(t)
 	return env, n
 }

@@ -18,6 +18,7 @@ import (
 // first sequence, after events written later, so consumers treat it as a late
 // redelivery.
 func TestRedrivenRowKeepsEventIDAndSequence(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	bad := insertCommitted(t, env, likes(5, "first")...)[0]
 	produceFault(env, "like-events", kerr.MessageTooLarge, 1)
@@ -55,6 +56,8 @@ func TestRedrivenRowKeepsEventIDAndSequence(t *testing.T) {
 // moves 20,000 rows back, the relay publishes an event written meanwhile
 // (and the chunks already moved) before the re-drive is done: no chunk holds
 // the relay's gap rule for longer than its own short transaction.
+//
+//nolint:paralleltest // timing: the new event must be published while the 20,000-row re-drive still runs
 func TestChunkedRedriveKeepsRelayPublishing(t *testing.T) {
 	env, n := leader(t)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 // its insert, on the database clock) and its publication (read to
 // acknowledgement); a row that fails permanently is not timed.
 func TestStagesTimed(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	const waited = 200 * time.Millisecond
 	for i := range 3 {

@@ -17,6 +17,8 @@ import (
 // reads a commit notified while its last batch awaits Kafka's
 // acknowledgement at once, instead of after the acknowledgement, the
 // cursor's advance and another pass; both go out in order.
+//
+//nolint:paralleltest // timing: the relay must read the notified commit in the 50 ms the broker holds the first batch
 func TestCommitDuringConfirmationGoesOutInTheSamePass(t *testing.T) {
 	env, n := leader(t)
 	first := insertCommitted(t, env, likes(5, "a")...)[0]
@@ -50,6 +52,7 @@ func TestCommitDuringConfirmationGoesOutInTheSamePass(t *testing.T) {
 // fails the next advance, and the pass after it starts from the stored
 // cursor and publishes the rows behind it again.
 func TestCursorMovedBackIsFollowed(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	ctx := context.Background()
 	a := insertCommitted(t, env, likes(6, "a")...)[0]
@@ -75,6 +78,7 @@ func TestCursorMovedBackIsFollowed(t *testing.T) {
 // TestCommitDuringAdvanceGoesOutInTheSamePass: a commit notified while the
 // pass advances the cursor past its last batch is read by the same pass.
 func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
+	t.Parallel()
 	env, n := leader(t)
 	first := insertCommitted(t, env, likes(7, "a")...)[0]
 	var later int64

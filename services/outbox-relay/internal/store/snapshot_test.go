@@ -21,6 +21,7 @@ func TestParseSnapshot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
 			got, err := ParseSnapshot(tt.in)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want error %v", err, tt.wantErr)
@@ -61,6 +62,7 @@ func TestSnapshotWiden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := (Snapshot{Xmax: tt.xmax}).Widen(tt.xid); got != tt.want {
 				t.Errorf("Widen(%d) with xmax %d = %d, want %d", tt.xid, tt.xmax, got, tt.want)
 			}

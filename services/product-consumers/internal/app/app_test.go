@@ -61,6 +61,7 @@ func TestLoadConfig(t *testing.T) {
 	hostname, _ := os.Hostname()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cfg, err := config.Parse(config.FromMap(tc.env), app.Load)
 			if tc.wantErr == "" {
 				if err != nil {

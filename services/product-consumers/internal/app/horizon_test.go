@@ -21,6 +21,7 @@ import (
 // their idempotency records (minus the margin) are skipped and counted, not
 // applied a second time after a replay; likes are not subject to it.
 func TestIdempotencyHorizon(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	event := f.event(t)

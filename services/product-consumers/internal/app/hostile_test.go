@@ -43,6 +43,7 @@ func headerOf(pm *sarama.ProducerMessage, key string) string {
 // run) and checks that it alone reaches the dead-letter topic, permanently,
 // while the good records' aggregates come out exact.
 func TestHostileRecordsAreIsolated(t *testing.T) {
+	t.Parallel()
 	type hostile struct {
 		name  string
 		topic string
@@ -161,6 +162,7 @@ func TestHostileRecordsAreIsolated(t *testing.T) {
 // it reaches the dead-letter topic, without the retries a transient error
 // gets.
 func TestDatabaseRefusalIsolated(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	conn := f.conn(t)

@@ -17,6 +17,7 @@ import (
 // views, and likes and cancels by many users) is applied exactly, in runs:
 // far fewer transactions than events.
 func TestHotProductRuns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t)
 	event := f.event(t)

@@ -196,6 +196,7 @@ func (s *stack) reclaimer(count int) *reclaim.Reclaimer {
 // enough for every event to reach the DLT; once it is back, the scheduled
 // reclaimer re-drives them and the aggregates end exact.
 func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"RECLAIM_INTERVAL": "100ms", "RECLAIM_MIN_IDLE": "1s"})
 	repair := s.breakDatabase()
 	orderID := "00000000-0000-0000-0000-0000000000a1"
@@ -231,6 +232,7 @@ func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
 // of it applied, then the like re-driven: the like keeps its sequence, so the
 // consumer's sequence guard ignores it and the count stays right.
 func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
 	s.send(events.LikeCreatedV1{UserID: "other", ProductID: 7}, uuid.NewString())
 	waitFor(t, "the first like", func() bool { return s.metrics()[7].Likes == 1 })
@@ -255,6 +257,7 @@ func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
 // republish, as if the reclaimer died between the two; the next pass
 // republishes the same records, and the aggregates stay exact.
 func TestReclaimCrashBeforeCommit(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
 	repair := s.breakDatabase()
 	for _, u := range []string{"a", "b"} {

@@ -16,6 +16,7 @@ import (
 // dead-letters a record; an unavailable database, a full NOTIFY queue or a
 // deadlock is retried.
 func TestStoreErrPermanence(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		code      string
@@ -30,6 +31,7 @@ func TestStoreErrPermanence(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			in := fmt.Errorf("apply: %w", pg.MapErr(&pgconn.PgError{Code: tc.code}))
 			// storeErr returns what stays retryable as it is, and wraps
 			// the rest in pcon.Permanent.
@@ -48,6 +50,7 @@ func TestStoreErrPermanence(t *testing.T) {
 // topic's partitions between them, and share idempotency keys. Each reads
 // the topic pkg/events publishes its events to.
 func TestGroupsAreDistinct(t *testing.T) {
+	t.Parallel()
 	h := &Handlers{reg: events.NewRegistry()} // Spec needs only the registry
 	topics := map[string]string{Like: "like-events", Order: "order-events", View: "product-events", Stock: "stock-events"}
 	owner := map[string]string{}

@@ -149,6 +149,7 @@ func TestApplyLikes(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			s, conn := open(t)
 			const issued = 4242
