@@ -194,10 +194,16 @@ type run struct {
 
 // readyHeap is a min-heap of dispatchable items by offset, so the oldest
 // ready record of a partition (its blocking offset when ready) goes first.
-type readyHeap []*item
+// Entries carry the offset, so that ordering them reads no item.
+type readyHeap []ready
+
+type ready struct {
+	off int64
+	it  *item
+}
 
 func (h *readyHeap) push(it *item) {
-	*h = append(*h, it)
+	*h = append(*h, ready{it.off, it})
 	s := *h
 	i := len(s) - 1
 	for i > 0 {
@@ -212,10 +218,10 @@ func (h *readyHeap) push(it *item) {
 
 func (h *readyHeap) pop() *item {
 	s := *h
-	top := s[0]
+	top := s[0].it
 	last := len(s) - 1
 	s[0] = s[last]
-	s[last] = nil
+	s[last] = ready{}
 	s = s[:last]
 	i := 0
 	for {
