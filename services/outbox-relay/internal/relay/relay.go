@@ -91,27 +91,35 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		return res, err
 	}
 	cur := r.prepare(ctx, cursor, b, nil)
+	// ahead are the batches handed (or being handed) to the producer after
+	// cur, in id order. A pass returns only once everything it prepared is
+	// in the producer, so the next pass's records cannot overtake them.
+	var ahead []*inflight
 	tail := cur
-	// A pass returns only once everything it prepared is in the producer,
-	// so the next pass's records cannot overtake them.
 	defer func() { <-tail.fed }()
 	rereadGap := false
 	finishing := false // stopping: confirm what the producer has, start nothing new
+	var readErr error  // reading ahead failed: confirm what is in flight, then return it
 	for {
 		// Pipelining: the reader is already reading ahead; while the batch
-		// in flight is confirmed, the next one is mapped and handed to the
-		// producer. Only a full batch sent entirely can be followed;
-		// anything else ends the drain.
-		var (
-			next    *inflight
-			nextErr error
-		)
-		if !finishing && len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) == r.cfg.BatchSize {
-			var nb store.Batch
-			if nb, nextErr = rd.next(ctx); nextErr == nil {
-				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb, cur)
-				tail = next
+		// in flight is confirmed, up to aheadBatches more are mapped and
+		// handed to the producer, so that it has work while a cursor
+		// update is written. Only a full batch sent entirely can be
+		// followed; anything else ends the drain.
+		for !finishing && readErr == nil && len(ahead) < aheadBatches &&
+			len(tail.rows) == len(tail.batch.Rows) && len(tail.rows) == r.cfg.BatchSize {
+			// Wait for a read only when nothing else is ahead.
+			nb, ok, err := rd.poll(ctx, len(ahead) == 0)
+			if err != nil {
+				readErr = err
+				break
 			}
+			if !ok {
+				break
+			}
+			next := r.prepare(ctx, tail.rows[len(tail.rows)-1].ID, nb, tail)
+			ahead = append(ahead, next)
+			tail = next
 		}
 		more, err := r.confirm(ctx, fence, &res, cur)
 		if err != nil {
@@ -120,19 +128,18 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		advanced := res.Cursor != cursor
 		cursor = res.Cursor
 		r.gaps.forget(cursor)
-		if nextErr != nil {
-			return res, nextErr
-		}
 		if advanced {
 			rereadGap = false
 		}
 		switch {
 		case !more:
-			// A retriable failure stopped the pass; what the next batch
+			// A retriable failure stopped the pass; what the batches ahead
 			// already sent is published again, in order, after the retry.
 			return res, nil
-		case next != nil:
-			cur = next
+		case len(ahead) > 0:
+			cur, ahead = ahead[0], ahead[1:]
+		case readErr != nil:
+			return res, readErr
 		case cur.newGap && !rereadGap && !finishing:
 			// A new gap can settle only in a later snapshot: read again
 			// at once instead of waiting for the next pass.
@@ -153,6 +160,11 @@ func (r *Relay) Pass(ctx context.Context) (PassResult, error) {
 		finishing = stop.Err() != nil
 	}
 }
+
+// aheadBatches is how many batches a draining pass hands to the producer
+// beyond the one it confirms. One is not enough: the producer finishes it
+// while the cursor update of the batch before is written, and then waits.
+const aheadBatches = 3
 
 // graceful returns a context that ends grace after ctx ends.
 func graceful(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
@@ -238,11 +250,27 @@ func (r *Relay) startReader(ctx context.Context, after int64) *reader {
 
 // next returns the next batch. Call it only after a full batch (or first).
 func (rd *reader) next(ctx context.Context) (store.Batch, error) {
+	b, _, err := rd.poll(ctx, true)
+	return b, err
+}
+
+// poll returns the next batch if it has been read, or waits for it if
+// wait is set; ok reports whether it returned one. Call it only after a
+// full batch.
+func (rd *reader) poll(ctx context.Context, wait bool) (b store.Batch, ok bool, err error) {
+	if !wait {
+		select {
+		case x := <-rd.results:
+			return x.batch, true, x.err
+		default:
+			return store.Batch{}, false, nil
+		}
+	}
 	select {
 	case x := <-rd.results:
-		return x.batch, x.err
+		return x.batch, true, x.err
 	case <-ctx.Done():
-		return store.Batch{}, ctx.Err()
+		return store.Batch{}, false, ctx.Err()
 	}
 }
 
