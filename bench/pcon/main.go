@@ -65,7 +65,7 @@ func run(out io.Writer, args []string) error {
 	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
 	fs.IntVar(&o.keys, "keys", 1000, "distinct keys")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 5000, "pcon MaxInFlight for the sleeping handlers and the memory run")
-	fs.IntVar(&o.noopInFlight, "noop-max-in-flight", 128, "pcon MaxInFlight for the no-op handler")
+	fs.IntVar(&o.noopInFlight, "noop-max-in-flight", 1000, "pcon MaxInFlight for the no-op handler (1000: pcon's default)")
 	fs.IntVar(&o.hotRecords, "hot-records", 1_000_000, "records of each hot-key topic (one key; Zipf over 10,000 keys); 0 skips the hot-key scenarios")
 	fs.IntVar(&o.hotBaseline, "hot-baseline-records", 20_000, "records the one-record-per-key baseline drains in the Zipf scenario (a fortieth of it with one key)")
 	fs.IntVar(&o.rounds, "rounds", 3, "runs of each side per scenario, alternating; the best of each is reported")
@@ -198,9 +198,9 @@ func sleep(lat time.Duration) {
 // pcon measures records/s of a pcon consumer draining n records.
 func (b *bench) pcon(topic string, n int, lat time.Duration) (float64, error) {
 	// MaxInFlight is the concurrency a handler needs: thousands for
-	// millisecond handlers, but a no-op handler only needs to keep both
-	// cores busy, and more goroutines would only contend for the
-	// completion path.
+	// millisecond handlers. A no-op handler runs on GOMAXPROCS shared
+	// workers whatever the bound, which then only buffers records: it gets
+	// pcon's default.
 	inFlight := b.o.maxInFlight
 	if lat == 0 {
 		inFlight = b.o.noopInFlight

@@ -66,9 +66,10 @@ type Config struct {
 	// partitions, and the records buffered: fetching pauses when handled
 	// plus buffered records reach it and resumes at 70 %. Size it to the
 	// concurrency the handler needs: thousands for handlers that wait
-	// milliseconds on I/O; around a hundred is plenty for handlers that
-	// only compute, whose records GOMAXPROCS workers run one after another
-	// (see RecordHandler). Default 1000.
+	// milliseconds on I/O. Handlers that only compute run on GOMAXPROCS
+	// workers whatever the bound (see RecordHandler), which then only
+	// buffers: too small a buffer (a hundred) pauses fetching so often
+	// that the workers wait; the default serves. Default 1000.
 	MaxInFlight int
 
 	// MaxAttempts is how many times a failing record is tried before it is

@@ -65,7 +65,8 @@ type Consumer struct {
 	log     *slog.Logger
 	// rawKey: the key is the record key (the default resolver), which the
 	// control plane can take as bytes.
-	rawKey bool
+	rawKey  bool
+	records records
 
 	producer atomic.Pointer[sarama.SyncProducer]
 
@@ -113,7 +114,7 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 		Permanent:  isPermanent,
 		Logger:     cfg.Logger,
 	})
-	c.engine = newEngine(cfg, h, c.core.Complete)
+	c.engine = c.newEngine(h)
 	return c, nil
 }
 
@@ -128,10 +129,11 @@ func isNilHandler(h Handler) bool {
 }
 
 // newEngine is the only place that knows which engine a handler runs on.
-func newEngine(cfg Config, h Handler, sink engine.Sink) engine.Engine {
+func (c *Consumer) newEngine(h Handler) engine.Engine {
+	cfg, sink := c.cfg, c.core.Complete
 	switch f := h.(type) {
 	case BatchHandler:
-		return engine.NewBatch(batchRunner(f), sink, engine.BatchOptions{
+		return engine.NewBatch(c.batchRunner(f), sink, engine.BatchOptions{
 			MaxRecords:  cfg.Batch.MaxRecords,
 			MaxBytes:    cfg.Batch.MaxBytes,
 			MaxWait:     cfg.Batch.MaxWait,
@@ -139,26 +141,37 @@ func newEngine(cfg Config, h Handler, sink engine.Sink) engine.Engine {
 			Timeout:     cfg.HandlerTimeout,
 		})
 	default:
-		return engine.NewPerRecord(recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight, cfg.HandlerTimeout)
+		return engine.NewPerRecord(c.recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight, cfg.HandlerTimeout)
 	}
 }
 
-func recordRunner(h RecordHandler) engine.Runner {
+// message is the record behind t.
+func message(t engine.Task) *fetched { return core.Payload(t).(*fetched) }
+
+// The runners take their Records back when the handler returns; after a
+// panic they are left to the collector.
+func (c *Consumer) recordRunner(h RecordHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
-		if err := h(ctx, core.Payload(ts[0]).(*Record)); err != nil {
+		r := c.records.get(message(ts[0]))
+		err := h(ctx, r)
+		c.records.put(r)
+		if err != nil {
 			return []error{err}
 		}
 		return nil
 	}
 }
 
-func batchRunner(h BatchHandler) engine.Runner {
+func (c *Consumer) batchRunner(h BatchHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
 		rs := make([]*Record, len(ts))
 		for i, t := range ts {
-			rs[i] = core.Payload(t).(*Record)
+			rs[i] = c.records.get(message(t))
 		}
 		err := h(ctx, rs)
+		for _, r := range rs {
+			c.records.put(r)
+		}
 		if err == nil {
 			return nil
 		}
@@ -310,7 +323,7 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	if p == nil {
 		return errors.New("pcon: dead-letter producer not ready")
 	}
-	r := payload.(*Record)
+	r := payload.(*fetched).msg
 	msg := &sarama.ProducerMessage{
 		Topic:   r.Topic + c.cfg.DLTSuffix,
 		Headers: make([]sarama.RecordHeader, 0, len(r.Headers)+8),

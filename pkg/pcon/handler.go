@@ -10,7 +10,8 @@ import (
 )
 
 // Record is one Kafka record handed to a handler. A handler must not keep
-// it, or slices of it, after returning.
+// it, or slices of it, after returning: pcon reuses the Record for other
+// records once the call returned.
 type Record struct {
 	Topic     string
 	Partition int32
@@ -25,6 +26,8 @@ type Record struct {
 	// against the time a handler finishes, how long it waited and ran here.
 	// It stays the same across the record's retries.
 	Received time.Time
+
+	headers []Header // the array Headers is built in, reused with the Record
 }
 
 // Header is a record header.
@@ -130,7 +133,8 @@ func isPermanent(err error) bool {
 
 // KeyResolver returns the ordering key of a record in KeyOrder. An empty key
 // means "no key": such records run unordered unless Config.OrderEmptyKeys is
-// set. Any func(*Record) string converts to a KeyResolver.
+// set. Any func(*Record) string converts to a KeyResolver. Like a handler,
+// it must not keep the Record.
 type KeyResolver func(r *Record) string
 
 // RecordKey is the default KeyResolver: the record's own key.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/IBM/sarama"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
@@ -76,7 +77,7 @@ func TestBatchRunnerAttribution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			run := batchRunner(func(context.Context, []*Record) error { return tt.ret })
+			run := (&Consumer{}).batchRunner(func(context.Context, []*Record) error { return tt.ret })
 			got := run(context.Background(), recordTasks(3))
 			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -86,7 +87,7 @@ func TestBatchRunnerAttribution(t *testing.T) {
 	t.Run("a permanent error of a whole batch names no record", func(t *testing.T) {
 		t.Parallel()
 		perm := Permanent(boom)
-		run := batchRunner(func(context.Context, []*Record) error { return perm })
+		run := (&Consumer{}).batchRunner(func(context.Context, []*Record) error { return perm })
 		errs := run(context.Background(), recordTasks(2))
 		for i, err := range errs {
 			if err == nil || isPermanent(err) || !strings.Contains(err.Error(), "boom") {
@@ -115,7 +116,7 @@ func recordTasks(n int) []engine.Task {
 	ep := h.Assign(tp, 0, "")
 	items := make([]core.Item, n)
 	for i := range items {
-		items[i] = core.Item{Offset: int64(i), Payload: &Record{}}
+		items[i] = core.Item{Offset: int64(i), Payload: &fetched{msg: &sarama.ConsumerMessage{Offset: int64(i)}}}
 	}
 	h.Add(tp, ep, items, int64(n))
 	return tasks

@@ -145,6 +145,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 		c.cfg.OnAssigned(c.cfg.Group, []PartitionEvent{{Topic: tp.Topic, Partition: tp.Partition, Epoch: epoch, Offset: start}})
 	}
 	batch := make([]*sarama.ConsumerMessage, 0, fetchBatch)
+	var scratch Record // for the key resolver
 	items := make([]core.Item, 0, fetchBatch)
 	msgs := claim.Messages()
 	ctx := sess.Context()
@@ -183,7 +184,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 				break drain
 			}
 		}
-		items = c.items(items[:0], batch, now)
+		items = c.items(items[:0], batch, &scratch, now)
 		clear(batch)
 		open = c.feed(ctx, tp, epoch, items, claim.HighWaterMarkOffset())
 		clear(items)
@@ -220,37 +221,29 @@ func (c *Consumer) feed(ctx context.Context, tp engine.TP, epoch uint64, items [
 	return true
 }
 
-// recordSlab bounds how many Records share one allocation. Allocating
-// them together saves most of a per-record allocation; a record still
-// referenced (queued behind its key, say) keeps its slab-mates' memory,
-// so slabs stay small.
-const recordSlab = 32
+// fetchedSlab bounds how many fetched records share one allocation: most of
+// a per-record allocation saved, while a record still queued (behind its
+// key, say) keeps only a few slab-mates' memory.
+const fetchedSlab = 32
 
 // items appends to dst the control plane's items for msgs, received at
-// received.
-func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage, received time.Time) []core.Item {
-	var slab []Record
+// received. A resolver other than the default reads each record through
+// scratch.
+func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage, scratch *Record, received time.Time) []core.Item {
+	var slab []fetched
 	for i, m := range msgs {
 		if len(slab) == 0 {
-			slab = make([]Record, min(recordSlab, len(msgs)-i))
+			slab = make([]fetched, min(fetchedSlab, len(msgs)-i))
 		}
-		r := &slab[0]
+		f := &slab[0]
 		slab = slab[1:]
-		*r = Record{
-			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Received: received,
-		}
-		if len(m.Headers) > 0 {
-			r.Headers = make([]Header, len(m.Headers))
-			for i, hd := range m.Headers {
-				r.Headers[i] = Header{Key: hd.Key, Value: hd.Value}
-			}
-		}
-		it := core.Item{Offset: m.Offset, Size: len(m.Key) + len(m.Value), Payload: r}
+		f.msg, f.received = m, received
+		it := core.Item{Offset: m.Offset, Size: len(m.Key) + len(m.Value), Payload: f}
 		if c.rawKey {
-			it.RawKey = r.Key // nil for a record without a key: no key, as Key ""
+			it.RawKey = m.Key // nil for a record without a key: no key, as Key ""
 		} else {
-			it.Key = c.cfg.KeyResolver(r)
+			fill(scratch, f)
+			it.Key = c.cfg.KeyResolver(scratch)
 		}
 		dst = append(dst, it)
 	}

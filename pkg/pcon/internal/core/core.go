@@ -337,7 +337,7 @@ func (c *Core) dispatchLocked() {
 	}
 	blocking := func(p *part) bool {
 		b, ok := p.tr.Blocking()
-		return ok && p.ready[0].off == b
+		return ok && p.ready.min() == b
 	}
 	c.roundRobin(blocking)
 	c.roundRobin(func(*part) bool { return true })
@@ -351,7 +351,7 @@ func (c *Core) roundRobin(want func(*part) bool) {
 		for n := len(c.order); n > 0 && c.inflight < c.cfg.MaxInFlight; n-- {
 			c.rr = (c.rr + 1) % len(c.order)
 			p := c.order[c.rr]
-			if c.dispatchable(p) && len(p.ready) > 0 && want(p) {
+			if c.dispatchable(p) && p.ready.len() > 0 && want(p) {
 				c.startLocked(p)
 				progressed = true
 			}

@@ -14,7 +14,7 @@ type part struct {
 	tr       *offsets.Tracker
 	lanes    map[string]*lane
 	sweepAt  int // lane count that triggers a sweep outside commits
-	ready    readyHeap
+	ready    readyQueue
 	logEnd   int64
 	counters *Counters
 	latency  *Histogram // shared by the partitions of a topic
@@ -192,12 +192,68 @@ type run struct {
 	pending int // completions not reported yet
 }
 
-// readyHeap is a min-heap of dispatchable items by offset, so the oldest
-// ready record of a partition (its blocking offset when ready) goes first.
-type readyHeap []*item
+// readyQueue holds a partition's dispatchable items, lowest offset first,
+// so the oldest ready record (the blocking offset when ready) goes first.
+// Most become ready on arrival, in offset order: those queue in a FIFO,
+// and only the rest (a key's next record once the key is free, a retry)
+// go through a heap.
+type readyQueue struct {
+	fifo []ready // ascending offsets
+	head int
+	heap readyHeap
+}
+
+func (q *readyQueue) len() int { return len(q.fifo) - q.head + len(q.heap) }
+
+func (q *readyQueue) push(it *item) {
+	if n := len(q.fifo); n == q.head || q.fifo[n-1].off < it.off {
+		q.fifo = append(q.fifo, ready{it.off, it})
+		return
+	}
+	q.heap.push(it)
+}
+
+// min returns the lowest offset; the queue must not be empty.
+func (q *readyQueue) min() int64 {
+	switch {
+	case q.head == len(q.fifo):
+		return q.heap[0].off
+	case len(q.heap) == 0 || q.fifo[q.head].off < q.heap[0].off:
+		return q.fifo[q.head].off
+	}
+	return q.heap[0].off
+}
+
+// pop removes and returns the item of the lowest offset; the queue must
+// not be empty.
+func (q *readyQueue) pop() *item {
+	if q.head == len(q.fifo) || (len(q.heap) > 0 && q.heap[0].off < q.fifo[q.head].off) {
+		return q.heap.pop()
+	}
+	it := q.fifo[q.head].it
+	q.fifo[q.head] = ready{}
+	q.head++
+	if q.head == len(q.fifo) {
+		q.fifo, q.head = q.fifo[:0], 0
+	} else if q.head > 1024 && q.head*2 > len(q.fifo) {
+		n := copy(q.fifo, q.fifo[q.head:])
+		clear(q.fifo[n:])
+		q.fifo, q.head = q.fifo[:n], 0
+	}
+	return it
+}
+
+// readyHeap is a min-heap of items by offset. Entries carry the offset, so
+// that ordering them reads no item.
+type readyHeap []ready
+
+type ready struct {
+	off int64
+	it  *item
+}
 
 func (h *readyHeap) push(it *item) {
-	*h = append(*h, it)
+	*h = append(*h, ready{it.off, it})
 	s := *h
 	i := len(s) - 1
 	for i > 0 {
@@ -212,10 +268,10 @@ func (h *readyHeap) push(it *item) {
 
 func (h *readyHeap) pop() *item {
 	s := *h
-	top := s[0]
+	top := s[0].it
 	last := len(s) - 1
 	s[0] = s[last]
-	s[last] = nil
+	s[last] = ready{}
 	s = s[:last]
 	i := 0
 	for {

@@ -257,9 +257,12 @@ func (e *PerRecord) work() {
 }
 
 // runChunk runs w's chunk back to back, reading the clock once per call,
-// then delivers the completions the watchdog did not take.
+// then delivers the completions the watchdog did not take. The average
+// call is updated once per chunk: workers share it.
 func (e *PerRecord) runChunk(w *worker) {
 	n := int32(len(w.chunk))
+	avg := e.avg.Load()
+	defer func() { e.avg.Store(avg) }()
 	start := time.Since(e.base)
 	for {
 		i := w.next.Add(1) - 1
@@ -271,15 +274,21 @@ func (e *PerRecord) runChunk(w *worker) {
 		err := e.call(w.one[:])
 		w.one[0] = Task{}
 		end := time.Since(e.base)
-		e.observe(end - start)
-		e.inflight.Add(-1)
+		avg = nextAvg(avg, end-start)
 		w.done[i] = Completion{Task: t, Err: err, Elapsed: end - start}
 		w.finished.Store(i + 1)
 		start = end
 	}
-	if done := w.handOn(); len(done) > 0 {
-		e.out.deliverCompletions(done)
+	e.deliver(w.handOn())
+}
+
+// deliver delivers completions handed on.
+func (e *PerRecord) deliver(done []Completion) {
+	if len(done) == 0 {
+		return
 	}
+	e.inflight.Add(-int64(len(done)))
+	e.out.deliverCompletions(done)
 }
 
 // call runs one handler call, turning a panic or a malformed answer into
@@ -309,14 +318,13 @@ func (e *PerRecord) call(one []Task) (err error) {
 	return fmt.Errorf("engine: runner returned %d errors for 1 task", len(errs))
 }
 
-// observe updates the average call duration. The average is long and
-// each call counts at most slowCall, so that a call that only looks slow
-// (its goroutine preempted, a GC pause) does not switch modes; a handler
-// that turns slow for real, every call or often, lifts it within a few
-// dozen calls, and the watchdog covers a call that blocks meanwhile.
-func (e *PerRecord) observe(d time.Duration) {
-	avg := e.avg.Load()
-	e.avg.Store(avg + (min(int64(d), int64(slowCall))-avg)/256)
+// nextAvg is the average call duration after a call of d. The average is
+// long and each call counts at most slowCall, so that a call that only
+// looks slow (its goroutine preempted, a GC pause) does not switch modes;
+// a handler that turns slow for real, every call or often, lifts it within
+// a few dozen calls, and the watchdog covers a call that blocks meanwhile.
+func nextAvg(avg int64, d time.Duration) int64 {
+	return avg + (min(int64(d), int64(slowCall))-avg)/256
 }
 
 // watchLocked arms the watchdog, unless it is armed.
@@ -368,9 +376,7 @@ func (e *PerRecord) watch() {
 	for range spawn {
 		go e.work()
 	}
-	if len(held) > 0 {
-		e.out.deliverCompletions(held)
-	}
+	e.deliver(held)
 }
 
 // Close implements Engine.

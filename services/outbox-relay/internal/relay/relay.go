@@ -133,25 +133,39 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 	}
 	cur := r.prepare(ctx, cursor, b, nil)
 	began := time.Now()
+	// ahead are the batches handed (or being handed) to the producer after
+	// cur, in id order. A pass returns only once everything it prepared is
+	// in the producer, so the next pass's records cannot overtake them.
+	var ahead []*inflight
 	tail := cur
-	// A pass returns only once everything it prepared is in the producer,
-	// so the next pass's records cannot overtake them.
 	defer func() { <-tail.fed }()
 	rereadGap := false
 	finishing := false // stopping: confirm what the producer has, start nothing new
+	var readErr error  // reading ahead failed: confirm what is in flight, then return it
 	for {
 		// Pipelining: the reader is already reading ahead; while the batch
-		// in flight is confirmed, the next one is mapped and handed to the
-		// producer. Only a batch sent entirely can be followed; anything
-		// else ends the drain.
-		var (
-			next    *inflight
-			nextErr error
-		)
-		sentAll := len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) > 0
-		full := len(cur.rows) == r.cfg.BatchSize
-		read := !finishing && sentAll && full
-		if !finishing && sentAll && !full && time.Since(began) < r.cfg.Interval {
+		// in flight is confirmed, up to aheadBatches more are mapped and
+		// handed to the producer, so that it has work while a cursor
+		// update is written. Only a full batch sent entirely can be
+		// followed; anything else ends the drain.
+		for !finishing && readErr == nil && len(ahead) < aheadBatches &&
+			len(tail.rows) == len(tail.batch.Rows) && len(tail.rows) == r.cfg.BatchSize {
+			// Wait for a read only when nothing else is ahead.
+			nb, ok, err := rd.poll(ctx, len(ahead) == 0)
+			if err != nil {
+				readErr = err
+				break
+			}
+			if !ok {
+				break
+			}
+			next := r.prepare(ctx, tail.rows[len(tail.rows)-1].ID, nb, tail)
+			ahead = append(ahead, next)
+			tail = next
+		}
+		if !finishing && readErr == nil && len(ahead) == 0 && len(cur.rows) > 0 &&
+			len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) < r.cfg.BatchSize &&
+			time.Since(began) < r.cfg.Interval {
 			// Caught up: a short batch ended the reader's run. A commit
 			// notified while it is being confirmed is read at once, so
 			// that it does not wait for the acknowledgements, the cursor's
@@ -159,18 +173,18 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 			// after the poll interval; a wake-up starts the next at once.)
 			select {
 			case <-r.wake:
-				read = true
+				after := cur.rows[len(cur.rows)-1].ID
 				rd.stop()
-				rd = r.startReader(ctx, cur.rows[len(cur.rows)-1].ID)
+				rd = r.startReader(ctx, after)
+				if nb, err := rd.next(ctx); err != nil {
+					readErr = err
+				} else {
+					next := r.prepare(ctx, after, nb, cur)
+					ahead = append(ahead, next)
+					tail = next
+				}
 			case <-cur.acked: // and then its advance, after which a
 				// commit notified meanwhile is read (below)
-			}
-		}
-		if read {
-			var nb store.Batch
-			if nb, nextErr = rd.next(ctx); nextErr == nil {
-				next = r.prepare(ctx, cur.rows[len(cur.rows)-1].ID, nb, cur)
-				tail = next
 			}
 		}
 		more, err := r.confirm(ctx, fence, &res, cur)
@@ -180,19 +194,18 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 		advanced := res.Cursor != cursor
 		cursor = res.Cursor
 		r.gaps.forget(cursor)
-		if nextErr != nil {
-			return res, nextErr
-		}
 		if advanced {
 			rereadGap = false
 		}
 		switch {
 		case !more:
-			// A retriable failure stopped the pass; what the next batch
+			// A retriable failure stopped the pass; what the batches ahead
 			// already sent is published again, in order, after the retry.
 			return res, nil
-		case next != nil:
-			cur = next
+		case len(ahead) > 0:
+			cur, ahead = ahead[0], ahead[1:]
+		case readErr != nil:
+			return res, readErr
 		case cur.newGap && !rereadGap && !finishing, !finishing && time.Since(began) < r.cfg.Interval && r.woken():
 			// A new gap can settle only in a later snapshot, and a commit
 			// notified while the batch was confirmed is not in this read:
@@ -214,6 +227,11 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 		finishing = stop.Err() != nil
 	}
 }
+
+// aheadBatches is how many batches a draining pass hands to the producer
+// beyond the one it confirms. One is not enough: the producer finishes it
+// while the cursor update of the batch before is written, and then waits.
+const aheadBatches = 3
 
 // woken reports, once, whether a commit was notified since the last read
 // was sent.
@@ -329,11 +347,27 @@ func (r *Relay) startReader(ctx context.Context, after int64) *reader {
 
 // next returns the next batch. Call it only after a full batch (or first).
 func (rd *reader) next(ctx context.Context) (store.Batch, error) {
+	b, _, err := rd.poll(ctx, true)
+	return b, err
+}
+
+// poll returns the next batch if it has been read, or waits for it if
+// wait is set; ok reports whether it returned one. Call it only after a
+// full batch.
+func (rd *reader) poll(ctx context.Context, wait bool) (b store.Batch, ok bool, err error) {
+	if !wait {
+		select {
+		case x := <-rd.results:
+			return x.batch, true, x.err
+		default:
+			return store.Batch{}, false, nil
+		}
+	}
 	select {
 	case x := <-rd.results:
-		return x.batch, x.err
+		return x.batch, true, x.err
 	case <-ctx.Done():
-		return store.Batch{}, ctx.Err()
+		return store.Batch{}, false, ctx.Err()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
@@ -122,25 +123,32 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 		return Batch{}, fmt.Errorf("read outbox: %w", pg.MapErr(err))
 	}
 	defer rows.Close()
-	var snap string
+	var (
+		snap string
+		// Every row repeats the snapshot and the clock: read them once.
+		snapDst, nowDst any = &snap, &b.Now
+		// Nullable columns (the LEFT JOIN's empty row) scan into pgtype
+		// values, which cost no allocation per column.
+		id, seq                           pgtype.Int8
+		eventID, typ, src, aggType, aggID pgtype.Text
+		payload                           []byte
+		createdAt                         pgtype.Timestamptz
+		ready                             pgtype.Bool
+	)
+	b.Rows = make([]Row, 0, limit)
 	for rows.Next() {
-		var (
-			id, seq                           *int64
-			eventID, typ, src, aggType, aggID *string
-			payload                           *string
-			createdAt                         *time.Time
-			ready                             *bool
-		)
-		if err := rows.Scan(&snap, &b.Now, &id, &seq, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
+		payload = nil // a fresh array per row: the row keeps it
+		if err := rows.Scan(snapDst, nowDst, &id, &seq, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
 			return Batch{}, fmt.Errorf("scan outbox row: %w", pg.MapErr(err))
 		}
-		if id == nil { // the empty LEFT JOIN: no rows, only the snapshot
+		snapDst, nowDst = nil, nil
+		if !id.Valid { // the empty LEFT JOIN: no rows, only the snapshot
 			continue
 		}
 		b.Rows = append(b.Rows, Row{
-			ID: *id, Sequence: *seq, EventID: *eventID, EventType: *typ, Source: *src,
-			AggregateType: *aggType, AggregateID: *aggID, Payload: []byte(*payload),
-			CreatedAt: *createdAt, Ready: *ready,
+			ID: id.Int64, Sequence: seq.Int64, EventID: eventID.String, EventType: typ.String, Source: src.String,
+			AggregateType: aggType.String, AggregateID: aggID.String, Payload: payload,
+			CreatedAt: createdAt.Time, Ready: ready.Bool,
 		})
 	}
 	if err := rows.Err(); err != nil {
