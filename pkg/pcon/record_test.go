@@ -13,6 +13,7 @@ import (
 // message shows that message only, whatever the first had, headers
 // included.
 func TestRecordsReused(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	msgs := []*sarama.ConsumerMessage{
 		{Topic: "a", Partition: 1, Offset: 10, Key: []byte("k1"), Value: []byte("v1"), Timestamp: at,

@@ -10,6 +10,7 @@ import (
 // arrive, with older ones in between, as keys free up and retries come
 // back, and pops: the lowest offset always comes out first.
 func TestReadyQueueLowestFirst(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var q readyQueue
 	var want []int64 // the offsets queued, sorted
