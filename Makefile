@@ -6,19 +6,28 @@ GO ?= go
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint
 # Tests get a real PostgreSQL and Redis from scripts/testenv.sh, and the tools
-# the target uses: the browser for the e2e suite's live-page test, promtool
-# for the alert rules' tests; the benchmarks and make dev use none.
-TESTENV := eval "$$(scripts/testenv.sh)"
-TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool)"
-TESTENV_E2E := eval "$$(scripts/testenv.sh browser)"
+# the target uses: Apache Kafka's broker (a JDK, Maven and the broker's jars)
+# for every test that talks to Kafka, the browser for the e2e suite's
+# live-page test, promtool for the alert rules' tests.
+TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool kafka)"
+TESTENV_E2E := eval "$$(scripts/testenv.sh browser kafka)"
 TEST_TIMEOUT ?= 30m
 
-.PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers dev-kafka
+# KAFKA chooses the broker of make dev and make bench: real (Apache Kafka's
+# own broker, a JVM on loopback; needs a JDK, installed when missing) or
+# embedded (kfake, in-process, no JDK). Each target has its default; set it
+# on the command line or in the environment: make dev KAFKA=real.
+dev: KAFKA ?= embedded
+bench: KAFKA ?= real
+check-kafka = $(if $(filter-out 1,$(words $(KAFKA)))$(filter-out real embedded,$(KAFKA)),\
+	$(error KAFKA must be real or embedded, got "$(KAFKA)"))
+
+.PHONY: help test lint migrate bench up up-observability dev e2e run-api run-relay run-consumers kafka dev-kafka
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-test: ## run every test (with -race) against real PostgreSQL, Redis and an in-process Kafka
+test: ## run every test (with -race) against real PostgreSQL, Redis and Apache Kafka
 	@$(TESTENV_TESTS) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint: ## go mod tidy is a no-op, then golangci-lint with .golangci.yml
@@ -31,8 +40,10 @@ lint: ## go mod tidy is a no-op, then golangci-lint with .golangci.yml
 migrate: ## apply the schema migrations to DATABASE_URL
 	$(GO) run ./cmd/migrate
 
-bench: ## run the benchmarks; each prints its baseline and ratio
-	@$(TESTENV) && for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; $(GO) run ./$$b || exit 1; done
+bench: ## run the benchmarks on Apache Kafka (KAFKA=embedded: kfake); each prints its baseline and ratio
+	$(check-kafka)
+	@eval "$$(scripts/testenv.sh $(if $(filter real,$(KAFKA)),kafka))" && \
+		for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; KAFKA=$(KAFKA) $(GO) run ./$$b || exit 1; done
 
 e2e: ## the end-to-end suite at a larger size (E2E_ACTIONS, E2E_RATE)
 	@$(TESTENV_E2E) && E2E_ACTIONS=$${E2E_ACTIONS:-30000} E2E_RATE=$${E2E_RATE:-400} $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run . ./e2e/
@@ -43,8 +54,9 @@ up: ## the whole stack on Docker (docker compose up --build)
 up-observability: ## the stack plus Prometheus and Grafana
 	docker compose --profile observability up --build
 
-dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C
-	@scripts/dev.sh
+dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C (KAFKA=real: on Apache Kafka)
+	$(check-kafka)
+	@KAFKA=$(KAFKA) scripts/dev.sh
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api
@@ -55,5 +67,8 @@ run-relay: ## run outbox-relay (needs DATABASE_URL, KAFKA_BROKERS)
 run-consumers: ## run product-consumers (needs DATABASE_URL, KAFKA_BROKERS, REDIS_URL)
 	$(GO) run ./services/product-consumers
 
-dev-kafka: ## run the in-process dev Kafka broker on 127.0.0.1:9092 with every topic
+kafka: ## run Apache Kafka on 127.0.0.1:9092 with every topic, until Ctrl-C (its log stays in .dev/kafka)
+	@scripts/kafka.sh
+
+dev-kafka: ## run the in-process dev Kafka broker (kfake) on 127.0.0.1:9092 with every topic
 	$(GO) run ./cmd/devkafka

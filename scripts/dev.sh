@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # make dev: runs the whole pipeline on this machine without Docker, in the
 # foreground, until Ctrl-C: PostgreSQL (DATABASE_URL, or the machine's own
-# server), Redis (REDIS_URL, or a local one), the in-process dev Kafka broker
-# with every topic, the migrations, and the three services. Ctrl-C or SIGTERM
-# stops every process it started: the broker and the services; a PostgreSQL
-# cluster or Redis it had to start keeps running (they are the machine's own,
-# shared with the tests). DEV_RELAYS and DEV_CONSUMERS (2 each) set how many
-# relays (one leads, the others stand by) and product-consumers instances
-# (they share the groups' partitions) run.
+# server), Redis (REDIS_URL, or a local one), a Kafka broker with every
+# topic, the migrations, and the three services. KAFKA chooses the broker:
+# embedded (the default: kfake, in memory, no JDK) or real (Apache Kafka's
+# own broker, a JVM keeping its log in .dev/kafka across runs; a JDK and
+# Maven are installed when missing). Ctrl-C or SIGTERM stops every process it
+# started: the services, then the broker; a PostgreSQL cluster or Redis it
+# had to start keeps running (they are the machine's own, shared with the
+# tests). DEV_RELAYS and DEV_CONSUMERS (2 each) set how many relays (one
+# leads, the others stand by) and product-consumers instances (they share
+# the groups' partitions) run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+
+KAFKA=${KAFKA:-embedded}
+case "$KAFKA" in
+  real) kafka_tools ;;
+  embedded) ;;
+  *) die "KAFKA must be real or embedded, got \"$KAFKA\"" ;;
+esac
 
 API_ADDR=127.0.0.1:8080
 API_ADMIN=127.0.0.1:8090
@@ -41,21 +51,28 @@ go build -o "$STATE/bin/" ./cmd/devkafka ./cmd/migrate ./services/commerce-api .
 log "migrating $db_url"
 DATABASE_URL=$db_url "$STATE/bin/migrate" 2>>"$STATE/logs/migrate.log"
 
-pids=()
+pids=()      # the services
+kafka_pid="" # the broker, stopped last: the services leave their groups and flush on the way out
 stop_all() {
   trap - EXIT INT TERM
+  if [ ${#pids[@]} -gt 0 ] || [ -n "$kafka_pid" ]; then log "stopping"; fi
   if [ ${#pids[@]} -gt 0 ]; then
-    log "stopping"
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
+  if [ -n "$kafka_pid" ]; then
+    kill -TERM "$kafka_pid" 2>/dev/null || true
+    wait "$kafka_pid" 2>/dev/null || true
+  fi
 }
 trap stop_all EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT TERM HUP
 
+# Every process starts in a session of its own (setsid), out of reach of the
+# terminal's Ctrl-C: this script alone stops them, in order.
 start() { # name, then env assignments and the command
   local name=$1; shift
-  env "$@" >>"$STATE/logs/$name.log" 2>&1 &
+  setsid env "$@" >>"$STATE/logs/$name.log" 2>&1 &
   pids+=($!)
 }
 
@@ -67,9 +84,30 @@ wait_http() { # name url
   die "$1 did not become ready at $2; see $STATE/logs/$1.log"
 }
 
-start kafka "$STATE/bin/devkafka" -port "$KAFKA_PORT"
-for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
-(exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null || die "the dev Kafka broker did not start; see $STATE/logs/kafka.log"
+# Ready is the broker's own answer: devkafka logs "Kafka broker ready" once
+# the broker answers a metadata request and every topic has a leader (a
+# JVM's port accepts connections well before that). Only what this run
+# appends to the log counts.
+kafka_log=$STATE/logs/kafka.log
+touch "$kafka_log"
+kafka_from=$(( $(wc -c <"$kafka_log") + 1 ))
+if [ "$KAFKA" = real ]; then
+  log "starting Apache Kafka (a few seconds; the first run resolves its jars from Maven Central); log: $kafka_log"
+fi
+setsid "$STATE/bin/devkafka" -kafka "$KAFKA" -port "$KAFKA_PORT" >>"$kafka_log" 2>&1 &
+kafka_pid=$!
+# kafkabroker gives up after 2 minutes; resolving the jars comes first.
+deadline=$(( SECONDS + 600 ))
+until tail -c "+$kafka_from" "$kafka_log" | grep -qF '"msg":"Kafka broker ready"'; do
+  if ! kill -0 "$kafka_pid" 2>/dev/null; then
+    wait "$kafka_pid" 2>/dev/null || true
+    kafka_pid=""
+    tail -c "+$kafka_from" "$kafka_log" | tail -n 20 >&2
+    die "the Kafka broker ($KAFKA) did not start; see $kafka_log"
+  fi
+  [ "$SECONDS" -lt "$deadline" ] || die "the Kafka broker ($KAFKA) is not ready after 10 minutes; see $kafka_log"
+  sleep 0.2
+done
 
 brokers=127.0.0.1:$KAFKA_PORT
 start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" ADMIN_ADDR="$API_ADMIN" "$STATE/bin/commerce-api"
@@ -90,6 +128,7 @@ wait_http commerce-api "http://$API_ADDR/readyz"
 for i in $(seq 1 "$RELAYS"); do wait_http "outbox-relay-$i" "http://$(admin_addr "$RELAY_ADMIN" "$i")/healthz"; done
 for i in $(seq 1 "$CONSUMERS"); do wait_http "product-consumers-$i" "http://$(admin_addr "$CONSUMERS_ADMIN" "$i")/readyz"; done
 
+kafka_label=$(printf '%-20s' "Kafka ($KAFKA)")
 cat <<MSG
 
 The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL and Redis keep running).
@@ -100,7 +139,7 @@ The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL an
   consumers admin     http://$CONSUMERS_ADMIN/metrics   ($CONSUMERS instances, admin ports two apart)
   commerce-api admin  http://$API_ADMIN/metrics
   cluster view        http://$API_ADMIN/api/v1/cluster   (or: DATABASE_URL='$db_url' go run ./cmd/pipelinectl cluster)
-  Kafka (dev broker)  $brokers
+  $kafka_label$brokers
   PostgreSQL          $db_url
   Redis               $redis_url
   logs                $STATE/logs/
@@ -117,7 +156,7 @@ MSG
 
 # Run until interrupted, or until a process dies on its own.
 set +e
-wait -n "${pids[@]}"
+wait -n "$kafka_pid" "${pids[@]}"
 status=$?
 log "a process exited (status $status); see $STATE/logs/"
 exit "$status"

@@ -33,6 +33,7 @@ pg_answers() { # url
 # password authentication.
 PG_ROLE=commerce_test
 PG_URL="postgres://${PG_ROLE}:${PG_ROLE}@127.0.0.1:5432/postgres?sslmode=disable"
+PG_MAX_CONNECTIONS=300
 
 as_postgres() { (cd / && as_root runuser -u postgres -- "$@"); }
 
@@ -50,6 +51,15 @@ local_postgres() {
   fi
   read -r ver cluster port status _ < <(pg_lsclusters -h | head -n 1)
   [ "$port" = 5432 ] || die "PostgreSQL cluster $ver/$cluster listens on $port, want 5432; set TEST_DATABASE_URL"
+  # The tests run several packages at once, each test with pools of its
+  # own, and the benchmarks hold several 32-connection sides open: more than
+  # the 100 connections of a default server. The setting needs a restart,
+  # so it is applied when this script starts the server, never to one that
+  # already runs (other work may be using it).
+  local conf="/etc/postgresql/$ver/$cluster/conf.d/commerce-test.conf"
+  if [ ! -f "$conf" ]; then
+    echo "max_connections = $PG_MAX_CONNECTIONS" | as_root tee "$conf" >/dev/null
+  fi
   if [ "$status" != online ]; then
     log "starting PostgreSQL $ver/$cluster"
     as_root pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" start >&2
@@ -89,3 +99,27 @@ local_redis() {
   echo "$url"
 }
 
+
+# java_major prints the major version of the java on PATH (17 for 17.0.15),
+# nothing when there is none.
+java_major() {
+  command -v java >/dev/null 2>&1 || return 0
+  java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -n 1
+}
+
+# kafka_tools makes sure Apache Kafka's broker can run here
+# (internal/kafkabroker): a JDK 17 or newer, and Maven to resolve its jars
+# from Maven Central. Debian 12 ships both.
+kafka_tools() {
+  local v; v=$(java_major)
+  if [ -z "$v" ] || [ "$v" -lt 17 ]; then apt_install openjdk-17-jdk-headless; fi
+  command -v mvn >/dev/null 2>&1 || apt_install maven
+}
+
+# kafka_jars resolves the broker's jars into their cache once (later calls
+# return at once; concurrent ones wait for the first), so that no test or
+# broker start waits on Maven Central.
+kafka_jars() {
+  (cd "$(dirname "${BASH_SOURCE[0]}")/.." && go run ./scripts/kafkajars >/dev/null) ||
+    die "could not resolve Apache Kafka's jars (see the error above)"
+}

@@ -2,8 +2,15 @@
 # Makes a PostgreSQL and a Redis available for the tests and prints the
 # environment to use them, as `export NAME=value` lines for eval:
 #
-#   eval "$(scripts/testenv.sh)"           # the databases only (benchmarks)
-#   eval "$(scripts/testenv.sh browser promtool)"   # and chromium and promtool (make test)
+#   eval "$(scripts/testenv.sh)"           # the databases only
+#   eval "$(scripts/testenv.sh kafka)"     # and Apache Kafka's broker (make bench)
+#   eval "$(scripts/testenv.sh browser promtool kafka)"   # and chromium and promtool (make test)
+#
+# kafka: the tests and benchmarks run Apache Kafka's own broker as a JVM
+# (internal/kafkabroker): a JDK 17+ and Maven are installed when missing and
+# the broker's jars resolved from Maven Central into their cache, once; each
+# test binary then starts its broker itself. `make dev` with the embedded
+# broker needs none of it.
 #
 # PostgreSQL: TEST_DATABASE_URL if it is set and answers; else nothing (the
 # tests start a testcontainers container) when a Docker engine answers; else
@@ -26,7 +33,10 @@ for tool in "$@"; do
       command -v chromium >/dev/null 2>&1 || apt_install chromium ;;
     promtool) # the alert rules' unit tests; Debian ships it with prometheus
       command -v promtool >/dev/null 2>&1 || apt_install prometheus ;;
-    *) log "testenv: unknown tool $tool (known: browser, promtool)"; exit 2 ;;
+    kafka) # Apache Kafka's broker: a JDK, and Maven for its jars
+      kafka_tools
+      kafka_jars ;;
+    *) log "unknown tool $tool (known: browser, promtool, kafka)"; exit 2 ;;
   esac
 done
 

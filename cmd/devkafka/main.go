@@ -1,7 +1,10 @@
-// Command devkafka runs an in-process Kafka-protocol broker for local
-// development, with every topic and dead-letter topic the pipeline uses
-// already created (3 partitions each), as infrastructure would create them.
-// It keeps data in memory only and runs until interrupted.
+// Command devkafka runs a Kafka broker for local development with every
+// topic the pipeline uses created (each event topic with its dead-letter and
+// parked topic, 3 partitions each), as infrastructure would create them:
+// Apache Kafka's own broker with -kafka real (`make kafka`; its log is kept
+// in -dir across runs), or an in-process Kafka-protocol fake that needs no
+// JDK and keeps everything in memory (`make dev-kafka`, the default). It runs
+// until interrupted.
 package main
 
 import (
@@ -11,10 +14,9 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
+	"github.com/loopers/commerce-pipeline/internal/devkafka"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/service"
-	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 func main() {
@@ -25,23 +27,32 @@ func main() {
 
 func run(ctx context.Context, logger *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("devkafka", flag.ContinueOnError)
+	kind := fs.String("kafka", devkafka.Embedded, "the broker: real (Apache Kafka, needs a JDK) or embedded (in-process)")
 	port := fs.Int("port", 9092, "port to listen on (127.0.0.1)")
 	partitions := fs.Int("partitions", 3, "partitions per topic")
+	dir := fs.String("dir", ".dev/kafka", "where the real broker keeps its log, across runs")
+	prefix := fs.String("prefix", "", "KAFKA_PREFIX of the pipeline whose topics to create")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	topics := events.NewRegistry().AllTopics()
-	c, err := kfake.NewCluster(
-		kfake.NumBrokers(1),
-		kfake.Ports(*port),
-		kfake.SeedTopics(int32(*partitions), topics...),
-	)
+	if *kind != devkafka.Real && *kind != devkafka.Embedded {
+		return fmt.Errorf("-kafka must be %s or %s, got %q", devkafka.Real, devkafka.Embedded, *kind)
+	}
+	topics := kafka.Settings{Prefix: *prefix}.PipelineTopics(int32(*partitions), 1)
+	if *kind == devkafka.Real {
+		logger.Info("starting Apache Kafka (the first run downloads its jars from Maven Central)", "dir", *dir)
+	}
+	b, err := devkafka.Start(ctx, devkafka.Options{Kind: *kind, Port: *port, Dir: *dir, Topics: topics})
 	if err != nil {
 		return fmt.Errorf("start broker on port %d: %w", *port, err)
 	}
-	defer c.Close()
-	logger.Info("dev Kafka broker ready", "addrs", c.ListenAddrs(), "topics", topics, "partitions", *partitions)
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	logger.Info("Kafka broker ready", "broker", b.Version, "addrs", b.Brokers, "startup", b.Started.Round(1e6).String(),
+		"topics", names, "partitions", *partitions)
 	<-ctx.Done()
-	logger.Info("dev Kafka broker stopping")
-	return nil
+	logger.Info("Kafka broker stopping")
+	return b.Close()
 }

@@ -1,19 +1,65 @@
 // Package kafka holds the Kafka client settings every service shares, so
-// that the relay's publisher, product-consumers and the DLT reclaimer speak
-// to the brokers the same way.
+// that the relay's publisher, product-consumers, the DLT reclaimer and
+// pipelinectl reach the brokers the same way: one set of variables
+// (KAFKA_BROKERS, KAFKA_PREFIX), read once by Load, and one base client
+// configuration (Settings.Config).
 package kafka
 
-import "github.com/IBM/sarama"
+import (
+	"strings"
 
-// Version is the Kafka protocol version the clients speak: brokers from 3.6
-// on (compose and the manifests run 3.9).
-var Version = sarama.V3_6_0_0
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+)
+
+// Version is the Kafka protocol version the clients speak: Apache Kafka
+// 4.3.1, the release compose, the manifests and the tests run
+// (kafkabroker.Version; deploy's tests check that they agree).
+var Version = sarama.V4_3_1_0
+
+// Settings is how a process reaches Kafka and names what it uses there.
+type Settings struct {
+	// Brokers are the bootstrap brokers (KAFKA_BROKERS).
+	Brokers []string
+	// Prefix (KAFKA_PREFIX) is put before every topic and consumer group
+	// name the pipeline uses, so that several pipelines (environments,
+	// tenants, test runs) share one cluster, each under its own prefix, and
+	// an authorizer can grant each its names with prefixed ACLs. Empty by
+	// default: like-events, product-like-consumer.
+	Prefix string
+}
+
+// maxPrefix leaves room for the longest name the pipeline derives
+// (product-events.PARKED, product-order-consumer) within Kafka's 249.
+const maxPrefix = 200
+
+// Load reads the settings through l: KAFKA_BROKERS (required) and
+// KAFKA_PREFIX.
+func Load(l *config.Loader) Settings {
+	s := Settings{
+		Brokers: l.List("KAFKA_BROKERS", nil),
+		Prefix:  l.String("KAFKA_PREFIX", ""),
+	}
+	if len(s.Prefix) > maxPrefix || strings.IndexFunc(s.Prefix, func(r rune) bool { return !nameRune(r) }) >= 0 {
+		l.Fail("KAFKA_PREFIX", "must be at most %d of the characters a-z A-Z 0-9 . _ -, got %q", maxPrefix, s.Prefix)
+	}
+	return s
+}
+
+// nameRune reports whether Kafka accepts r in a topic name.
+func nameRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+}
 
 // Config returns the base client configuration under clientID: Version,
 // and producers that wait for every in-sync replica and report each
 // record's outcome (every producer here confirms what it sent before it
-// moves on). Callers add what their role needs.
-func Config(clientID string) *sarama.Config {
+// moves on). Callers add what their role needs; each call returns a new
+// value.
+func (s Settings) Config(clientID string) *sarama.Config {
 	c := sarama.NewConfig()
 	c.Version = Version
 	c.ClientID = clientID
@@ -21,4 +67,35 @@ func Config(clientID string) *sarama.Config {
 	c.Producer.Return.Successes = true
 	c.Producer.Return.Errors = true
 	return c
+}
+
+// Topic names the pipeline's topic name (like-events, like-events.DLT) on
+// the cluster.
+func (s Settings) Topic(name string) string { return s.Prefix + name }
+
+// Topics maps Topic over names.
+func (s Settings) Topics(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = s.Topic(n)
+	}
+	return out
+}
+
+// Group names the pipeline's consumer group on the cluster.
+func (s Settings) Group(name string) string { return s.Prefix + name }
+
+// Domain names the domain of a topic on the cluster, for logs and metric
+// labels: "staging.like-events" (or its .DLT or .PARKED topic) under prefix
+// "staging." is "like".
+func (s Settings) Domain(topic string) string {
+	t := strings.TrimPrefix(topic, s.Prefix)
+	t = strings.TrimSuffix(strings.TrimSuffix(t, events.DLTSuffix), events.ParkedSuffix)
+	return events.DomainOf(t)
+}
+
+// ClientOptions returns the options of a franz-go client (the relay's
+// producer) equivalent to Config: the brokers and the client id.
+func (s Settings) ClientOptions(clientID string) []kgo.Opt {
+	return []kgo.Opt{kgo.SeedBrokers(s.Brokers...), kgo.ClientID(clientID)}
 }
