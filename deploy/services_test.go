@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -237,26 +238,25 @@ func unknownRefs(exprs []string, exposed map[string]family) []string {
 }
 
 // TestRunningServices runs the three real binaries against PostgreSQL, Redis
-// and an in-process Kafka-protocol broker, drives a little traffic through
+// and Apache Kafka (the pipeline's topics under a prefix of the test's
+// own, KAFKA_PREFIX), with their shipped defaults otherwise, drives a little traffic through
 // every topic, and checks what the deployment files assume of them: the
 // probe paths answer, the healthcheck probe works on the compose URLs, and
 // every metric and label the dashboard queries is one they expose.
 func TestRunningServices(t *testing.T) {
 	t.Parallel()
 	kafka := testenv.Kafka(t, events.NewRegistry().AllTopics()...)
-	brokers := strings.Join(kafka.ListenAddrs(), ",")
 	dbURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
 	// addr is each service's admin address; public is commerce-api's.
 	addr := map[string]string{"commerce-api": freeAddr(t), "outbox-relay": freeAddr(t), "product-consumers": freeAddr(t)}
 	public := freeAddr(t)
 	startBinary(t, "commerce-api", map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": public, "ADMIN_ADDR": addr["commerce-api"]})
-	startBinary(t, "outbox-relay", map[string]string{
-		"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": addr["outbox-relay"], "OUTBOX_RELAY_INTERVAL": "200ms",
-	})
-	startBinary(t, "product-consumers", map[string]string{
-		"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "REDIS_URL": redisURL, "ADMIN_ADDR": addr["product-consumers"],
-		"CONSUMER_RETRY_BACKOFF": "100ms",
-	})
+	relay := map[string]string{"DATABASE_URL": dbURL, "ADMIN_ADDR": addr["outbox-relay"], "OUTBOX_RELAY_INTERVAL": "200ms"}
+	maps.Copy(relay, kafka.Env())
+	startBinary(t, "outbox-relay", relay)
+	consumers := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "ADMIN_ADDR": addr["product-consumers"], "CONSUMER_RETRY_BACKOFF": "100ms"}
+	maps.Copy(consumers, kafka.Env())
+	startBinary(t, "product-consumers", consumers)
 	for _, a := range addr {
 		waitOK(t, "http://"+a+"/healthz")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/pg"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -65,10 +66,12 @@ func topicsFlag(v string) ([]string, error) {
 	return nil, usagef("--topic: unknown topic %q; one of: %s", v, strings.Join(all, ", "))
 }
 
-// reclaimer connects to Kafka; lock, when set, excludes the scheduled
-// reclaimers (and other pipelinectl runs) from each partition this one takes.
+// reclaimer connects to Kafka as the services do (KAFKA_*) for topics (the
+// pipeline's names; the reclaimer works on their names on the cluster);
+// lock, when set, excludes the scheduled reclaimers (and other pipelinectl
+// runs) from each partition this one takes.
 func (e env) reclaimer(src source, topics []string, minIdle, horizon time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
-	brokers, err := e.setting(func(l *config.Loader) string { return strings.Join(l.List("KAFKA_BROKERS", nil), ",") })
+	k, err := e.kafka()
 	if err != nil {
 		return nil, err
 	}
@@ -76,10 +79,22 @@ func (e env) reclaimer(src source, topics []string, minIdle, horizon time.Durati
 		maxRedrives = math.MaxInt // a parked record goes back whatever its count
 	}
 	return reclaim.New(reclaim.Config{
-		Brokers: strings.Split(brokers, ","), Topics: topics, DLTSuffix: src.suffix, ParkSuffix: src.park, Group: src.group,
+		Kafka: k, ClientID: "pipelinectl",
+		Topics: k.Topics(topics), DLTSuffix: src.suffix, ParkSuffix: src.park, Group: k.Group(src.group),
 		MinIdle: minIdle, Count: count, MaxRedrives: maxRedrives, Logger: e.logger(), Lock: lock,
-		Horizon: horizon, HorizonTopics: reclaim.HorizonTopics,
+		Horizon: horizon, HorizonTopics: k.Topics(reclaim.HorizonTopics),
 	})
+}
+
+// kafka reads the Kafka settings the services read; a missing or malformed
+// one is a usage error naming it.
+func (e env) kafka() (kafka.Settings, error) {
+	l := config.New(e.lookup)
+	k := kafka.Load(l)
+	if err := l.Err(); err != nil {
+		return kafka.Settings{}, usageError{msg: err.Error()}
+	}
+	return k, nil
 }
 
 // reclaimLocks opens the database the re-drivers lock DLT partitions in.
@@ -118,7 +133,7 @@ func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []str
 			return err
 		}
 		defer r.Close()
-		list, err := r.List(ctx, topics)
+		list, err := r.List(ctx, nil) // the reclaimer's topics
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,18 +28,20 @@ import (
 type stack struct {
 	t        *testing.T
 	db       *pgx.Conn
+	kafka    *testenv.KafkaEnv // the pipeline's topics, under a prefix of the test's own
 	brokers  []string
 	vars     map[string]string
 	failed   []int64 // outbox ids moved to outbox_failed
 	producer sarama.SyncProducer
 }
 
-func newProducer(t *testing.T, brokers []string) sarama.SyncProducer {
+func newProducer(t *testing.T, k *testenv.KafkaEnv) sarama.SyncProducer {
 	t.Helper()
-	sc := sarama.NewConfig()
-	sc.Producer.Return.Successes = true
+	sc := k.Config("dead-letterer")
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	p, err := sarama.NewSyncProducer(brokers, sc)
+	// A batch lands in the order it was given.
+	sc.Net.MaxOpenRequests = 1
+	p, err := sarama.NewSyncProducer(k.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +50,10 @@ func newProducer(t *testing.T, brokers []string) sarama.SyncProducer {
 }
 
 // pconHeaders are the headers pcon gives a like record of partition p it
-// dead-lettered age ago.
-func pconHeaders(p int32, age time.Duration) map[string]string {
+// dead-lettered age ago: its origin as named on the cluster.
+func (s *stack) pconHeaders(p int32, age time.Duration) map[string]string {
 	return map[string]string{
-		pcon.HeaderOriginalTopic: "like-events", pcon.HeaderOriginalPartition: strconv.Itoa(int(p)),
+		pcon.HeaderOriginalTopic: s.kafka.Topic("like-events"), pcon.HeaderOriginalPartition: strconv.Itoa(int(p)),
 		pcon.HeaderError: "database unavailable", pcon.HeaderDeadLetteredAt: time.Now().Add(-age).UTC().Format(time.RFC3339Nano),
 	}
 }
@@ -59,7 +62,7 @@ func pconHeaders(p int32, age time.Duration) map[string]string {
 // and the further header name/value pairs kv.
 func (s *stack) deadLetter(p int32, key string, h map[string]string, kv ...string) {
 	s.t.Helper()
-	m := &sarama.ProducerMessage{Topic: "like-events.DLT", Partition: p, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder("{}")}
+	m := &sarama.ProducerMessage{Topic: s.kafka.Topic("like-events.DLT"), Partition: p, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder("{}")}
 	for k, v := range h {
 		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
 	}
@@ -81,8 +84,8 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close(context.Background()) })
-	s := &stack{t: t, db: db, brokers: k.ListenAddrs(),
-		vars: map[string]string{"DATABASE_URL": url, "KAFKA_BROKERS": strings.Join(k.ListenAddrs(), ","), "USER": "ops"}}
+	s := &stack{t: t, db: db, kafka: k, brokers: k.Brokers, vars: map[string]string{"DATABASE_URL": url, "USER": "ops"}}
+	maps.Copy(s.vars, k.Env())
 
 	// Three events; the first and the third failed, the relay's cursor is
 	// past all of them, and a fourth waits.
@@ -106,9 +109,9 @@ func newStack(t *testing.T) *stack {
 
 	// Dead letters: two like records of partition 0 (one re-driven thrice
 	// already), one foreign record.
-	s.producer = newProducer(t, s.brokers)
-	s.deadLetter(0, "1", pconHeaders(0, time.Hour), "ce_id", "ev-1")
-	s.deadLetter(0, "2", pconHeaders(0, time.Hour), "ce_id", "ev-2", reclaim.HeaderRedriveCount, "3")
+	s.producer = newProducer(t, k)
+	s.deadLetter(0, "1", s.pconHeaders(0, time.Hour), "ce_id", "ev-1")
+	s.deadLetter(0, "2", s.pconHeaders(0, time.Hour), "ce_id", "ev-2", reclaim.HeaderRedriveCount, "3")
 	s.deadLetter(0, "3", nil, "ce_id", "ev-3")
 	return s
 }
@@ -232,11 +235,20 @@ func TestDLTCommands(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	list := lines(s.ok("dlt", "list", "--topic", "like"))
+	// Topics are shown as named on the cluster, where an operator finds them.
+	dlt := s.kafka.Topic("like-events.DLT")
 	want := [][]string{
 		{"TOPIC", "PART", "RECORDS", "PENDING", "OLDEST", "PENDING", "EXPIRED", "REDRIVES", "AT", "MAX", "FOREIGN", "TOP", "ERROR"},
-		{"like-events.DLT", "0", "3", "3", "1h0m0s", "0", "0×2", "3×1", "1", "1", "2×", "database", "unavailable"},
-		{"like-events.DLT", "1", "0", "0", "-", "0", "-", "0", "0", "-"},
-		{"like-events.DLT", "2", "0", "0", "-", "0", "-", "0", "0", "-"},
+		{dlt, "0", "3", "3", "1h", "0", "0×2", "3×1", "1", "1", "2×", "database", "unavailable"},
+		{dlt, "1", "0", "0", "-", "0", "-", "0", "0", "-"},
+		{dlt, "2", "0", "0", "-", "0", "-", "0", "0", "-"},
+	}
+	// The oldest pending record was dead-lettered an hour before it was
+	// written; the seconds since then are the machine's.
+	if len(list) > 1 && len(list[1]) > 4 {
+		if age, err := time.ParseDuration(list[1][4]); err == nil && age >= time.Hour && age < 2*time.Hour {
+			list[1][4] = "1h"
+		}
 	}
 	if diff := cmp.Diff(want, list); diff != "" {
 		t.Errorf("dlt list (-want +got):\n%s", diff)
@@ -262,36 +274,36 @@ func TestDLTCommands(t *testing.T) {
 	if diff := cmp.Diff(map[reclaim.Outcome]int{reclaim.Redriven: 1, reclaim.Parked: 1, reclaim.Skipped: 1}, p0.Counts); diff != "" || p0.Committed != 3 {
 		t.Errorf("redrive of partition 0 committed %d (-want +got counts):\n%s", p0.Committed, diff)
 	}
-	recs := testenv.ReadTopic(t, s.brokers, "like-events", 1, 10*time.Second)
+	recs := testenv.ReadTopic(t, s.brokers, s.kafka.Topic("like-events"), 1, 10*time.Second)
 	if h := testenv.Headers(recs[0]); h["ce_id"] != "ev-1" || h[reclaim.HeaderRedriveCount] != "1" || recs[0].Partition != 0 {
 		t.Errorf("republished record on partition %d with headers %v", recs[0].Partition, h)
 	}
 	table := lines(s.ok("dlt", "redrive", "--topic", "like"))
-	if diff := cmp.Diff([]string{"like-events.DLT", "0", "3", "3", "0", "0", "0", "0", "0", "-"}, table[1]); diff != "" {
+	if diff := cmp.Diff([]string{dlt, "0", "3", "3", "0", "0", "0", "0", "0", "-"}, table[1]); diff != "" {
 		t.Errorf("second redrive finds nothing (-want +got):\n%s", diff)
 	}
 	// The parked record was kept in like-events.PARKED with its reason: the
 	// DLT's retention may delete it there, and one command brings it back.
-	parked := testenv.ReadTopic(t, s.brokers, "like-events.PARKED", 1, 10*time.Second)
-	if h := testenv.Headers(parked[0]); string(parked[0].Key) != "2" || !strings.Contains(h[reclaim.HeaderParkedReason], "re-driven 3 times") || h[pcon.HeaderOriginalTopic] != "like-events" {
+	parked := testenv.ReadTopic(t, s.brokers, s.kafka.Topic("like-events.PARKED"), 1, 10*time.Second)
+	if h := testenv.Headers(parked[0]); string(parked[0].Key) != "2" || !strings.Contains(h[reclaim.HeaderParkedReason], "re-driven 3 times") || h[pcon.HeaderOriginalTopic] != s.kafka.Topic("like-events") {
 		t.Errorf("parked copy: key %s, headers %v", parked[0].Key, h)
 	}
-	admin, err := sarama.NewClusterAdmin(s.brokers, sarama.NewConfig())
+	admin, err := sarama.NewClusterAdmin(s.brokers, s.kafka.Config("retention"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	if err := admin.DeleteRecords("like-events.DLT", map[int32]int64{0: 3}); err != nil {
+	if err := admin.DeleteRecords(dlt, map[int32]int64{0: 3}); err != nil {
 		t.Fatalf("retention of the DLT: %v", err)
 	}
-	if pl := lines(s.ok("parked", "list", "--topic", "like")); pl[1][0] != "like-events.PARKED" || pl[1][2] != "1" || pl[1][3] != "1" {
+	if pl := lines(s.ok("parked", "list", "--topic", "like")); pl[1][0] != s.kafka.Topic("like-events.PARKED") || pl[1][2] != "1" || pl[1][3] != "1" {
 		t.Errorf("parked list: %v, want one pending record in like-events.PARKED/0", pl)
 	}
 	if dry := lines(s.ok("parked", "redrive", "--topic", "like", "--dry-run")); len(dry) != 2 || dry[1][3] != "2" || dry[1][4] != "redriven" {
 		t.Errorf("parked redrive --dry-run: %v, want record 2 re-driven", dry)
 	}
 	s.ok("parked", "redrive", "--topic", "like")
-	back := testenv.ReadTopic(t, s.brokers, "like-events", 2, 10*time.Second)
+	back := testenv.ReadTopic(t, s.brokers, s.kafka.Topic("like-events"), 2, 10*time.Second)
 	if h := testenv.Headers(back[1]); string(back[1].Key) != "2" || h["ce_id"] != "ev-2" || h[reclaim.HeaderRedriveCount] != "4" || back[1].Partition != 0 {
 		t.Errorf("re-driven from the parked topic: key %s on partition %d, headers %v", back[1].Key, back[1].Partition, h)
 	}
@@ -308,27 +320,29 @@ func TestBadInvocations(t *testing.T) {
 		name   string
 		args   []string
 		unset  string
+		set    map[string]string
 		stderr string
 	}{
-		{"no command", nil, "", "a subcommand is required"},
-		{"unknown command", []string{"clusters"}, "", `unknown command "clusters"; one of: dlt, parked, outbox, cluster`},
-		{"unknown flag", []string{"dlt", "list", "--bogus"}, "", "flag provided but not defined: -bogus"},
-		{"bad output", []string{"outbox", "status", "-o", "yaml"}, "", "-o must be table or json"},
-		{"redrive without topic", []string{"dlt", "redrive"}, "", "--topic is required"},
-		{"unknown topic", []string{"dlt", "redrive", "--topic", "refund"}, "", `unknown topic "refund"`},
-		{"bad duration", []string{"dlt", "redrive", "--topic", "like", "--older-than", "soon"}, "", "invalid value \"soon\" for flag -older-than"},
-		{"zero limit", []string{"dlt", "redrive", "--topic", "like", "--limit", "0"}, "", "--limit must be 1 to 10000"},
-		{"limit past 10,000", []string{"dlt", "redrive", "--topic", "like", "--limit", "10001"}, "", "--limit must be 1 to 10000"},
-		{"listing past 10,000", []string{"outbox", "failed", "list", "--limit", "10001"}, "", "--limit must be 1 to 10000"},
-		{"bad record", []string{"parked", "redrive", "--topic", "like", "--record", "7"}, "", `want PARTITION:OFFSET, got "7"`},
-		{"no horizon", []string{"dlt", "list", "--horizon", "0s"}, "", "--horizon must be positive"},
-		{"ids and all", []string{"outbox", "failed", "redrive", "--all", "--id", "1"}, "", "give either --id N… or --all"},
-		{"neither ids nor all", []string{"outbox", "failed", "redrive"}, "", "give either --id N… or --all"},
-		{"bad id", []string{"outbox", "failed", "redrive", "--id", "x"}, "", "want a positive outbox_failed id"},
-		{"bad later id", []string{"outbox", "failed", "redrive", "--id", "1", "2", "x"}, "", `--id: want a positive outbox_failed id, got "x"`},
-		{"stray argument", []string{"outbox", "status", "now"}, "", "unexpected arguments: now"},
-		{"no database", []string{"outbox", "status"}, "DATABASE_URL", "DATABASE_URL: is required"},
-		{"no brokers", []string{"dlt", "list"}, "KAFKA_BROKERS", "KAFKA_BROKERS: is required"},
+		{"no command", nil, "", nil, "a subcommand is required"},
+		{"unknown command", []string{"clusters"}, "", nil, `unknown command "clusters"; one of: dlt, parked, outbox, cluster`},
+		{"unknown flag", []string{"dlt", "list", "--bogus"}, "", nil, "flag provided but not defined: -bogus"},
+		{"bad output", []string{"outbox", "status", "-o", "yaml"}, "", nil, "-o must be table or json"},
+		{"redrive without topic", []string{"dlt", "redrive"}, "", nil, "--topic is required"},
+		{"unknown topic", []string{"dlt", "redrive", "--topic", "refund"}, "", nil, `unknown topic "refund"`},
+		{"bad duration", []string{"dlt", "redrive", "--topic", "like", "--older-than", "soon"}, "", nil, "invalid value \"soon\" for flag -older-than"},
+		{"zero limit", []string{"dlt", "redrive", "--topic", "like", "--limit", "0"}, "", nil, "--limit must be 1 to 10000"},
+		{"limit past 10,000", []string{"dlt", "redrive", "--topic", "like", "--limit", "10001"}, "", nil, "--limit must be 1 to 10000"},
+		{"listing past 10,000", []string{"outbox", "failed", "list", "--limit", "10001"}, "", nil, "--limit must be 1 to 10000"},
+		{"bad record", []string{"parked", "redrive", "--topic", "like", "--record", "7"}, "", nil, `want PARTITION:OFFSET, got "7"`},
+		{"no horizon", []string{"dlt", "list", "--horizon", "0s"}, "", nil, "--horizon must be positive"},
+		{"ids and all", []string{"outbox", "failed", "redrive", "--all", "--id", "1"}, "", nil, "give either --id N… or --all"},
+		{"neither ids nor all", []string{"outbox", "failed", "redrive"}, "", nil, "give either --id N… or --all"},
+		{"bad id", []string{"outbox", "failed", "redrive", "--id", "x"}, "", nil, "want a positive outbox_failed id"},
+		{"bad later id", []string{"outbox", "failed", "redrive", "--id", "1", "2", "x"}, "", nil, `--id: want a positive outbox_failed id, got "x"`},
+		{"stray argument", []string{"outbox", "status", "now"}, "", nil, "unexpected arguments: now"},
+		{"no database", []string{"outbox", "status"}, "DATABASE_URL", nil, "DATABASE_URL: is required"},
+		{"no brokers", []string{"dlt", "list"}, "KAFKA_BROKERS", nil, "KAFKA_BROKERS: is required"},
+		{"bad prefix", []string{"dlt", "redrive", "--topic", "like"}, "", map[string]string{"KAFKA_PREFIX": "ops/"}, `KAFKA_PREFIX: must be at most 200 of the characters a-z A-Z 0-9 . _ -, got "ops/"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -337,6 +351,11 @@ func TestBadInvocations(t *testing.T) {
 				saved := s.vars[tc.unset]
 				delete(s.vars, tc.unset)
 				defer func() { s.vars[tc.unset] = saved }()
+			}
+			for k, v := range tc.set {
+				saved := s.vars[k]
+				s.vars[k] = v
+				defer func() { s.vars[k] = saved }()
 			}
 			code, _, errOut := s.ctl(tc.args...)
 			if code != exitUsage || !strings.Contains(errOut, tc.stderr) {

@@ -33,8 +33,8 @@ func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
 	msgs := make([]*sarama.ProducerMessage, 0, total)
 	for i := range total {
 		p := int32(i % 3)
-		m := &sarama.ProducerMessage{Topic: "like-events.DLT", Partition: p, Key: sarama.StringEncoder("k" + strconv.Itoa(i)), Value: sarama.StringEncoder("{}")}
-		for k, v := range pconHeaders(p, time.Hour) {
+		m := &sarama.ProducerMessage{Topic: s.kafka.Topic("like-events.DLT"), Partition: p, Key: sarama.StringEncoder("k" + strconv.Itoa(i)), Value: sarama.StringEncoder("{}")}
+		for k, v := range s.pconHeaders(p, time.Hour) {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
 		}
 		msgs = append(msgs, m)
@@ -56,8 +56,10 @@ func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(db.Close)
+		// As product-consumers' scheduled reclaimers do: their topics and
+		// group under the prefix.
 		r, err := reclaim.New(reclaim.Config{
-			Brokers: s.brokers, Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: reclaim.Group,
+			Kafka: s.kafka.Settings, Topics: s.kafka.Topics(topics), DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: s.kafka.Group(reclaim.Group),
 			Count: 100, MaxRedrives: 3, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Lock: reclaim.PGLock(db),
 		})
 		if err != nil {
@@ -92,7 +94,7 @@ func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
 	if n := redriven.Load(); n != want {
 		t.Fatalf("%d re-drives counted for %d dead letters", n, want)
 	}
-	testenv.EachKeyOnce(t, s.brokers, "like-events", want)
+	testenv.EachKeyOnce(t, s.brokers, s.kafka.Topic("like-events"), want)
 	list := lines(s.ok("dlt", "list", "--topic", "like"))
 	for _, row := range list[1:] {
 		if row[3] != "0" {
@@ -110,7 +112,7 @@ func TestRedriveBoundsAndChoice(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	for i := range 6 {
-		s.deadLetter(int32(1+i%2), "b"+strconv.Itoa(i), pconHeaders(int32(1+i%2), time.Hour))
+		s.deadLetter(int32(1+i%2), "b"+strconv.Itoa(i), s.pconHeaders(int32(1+i%2), time.Hour))
 	}
 	var res reclaim.Result
 	if err := json.Unmarshal([]byte(s.ok("dlt", "redrive", "--topic", "like", "--limit", "4", "-o", "json")), &res); err != nil {
@@ -135,9 +137,9 @@ func TestRedriveBoundsAndChoice(t *testing.T) {
 	}
 
 	// An order event of 8 days ago is past the shipped horizon.
-	h := pconHeaders(0, time.Hour)
-	h[pcon.HeaderOriginalTopic] = "order-events"
-	m := &sarama.ProducerMessage{Topic: "order-events.DLT", Partition: 0, Key: sarama.StringEncoder("old-order"), Value: sarama.StringEncoder("{}")}
+	h := s.pconHeaders(0, time.Hour)
+	h[pcon.HeaderOriginalTopic] = s.kafka.Topic("order-events")
+	m := &sarama.ProducerMessage{Topic: s.kafka.Topic("order-events.DLT"), Partition: 0, Key: sarama.StringEncoder("old-order"), Value: sarama.StringEncoder("{}")}
 	for k, v := range h {
 		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
 	}
@@ -160,7 +162,7 @@ func TestRedriveBoundsAndChoice(t *testing.T) {
 func TestTableEscapes(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	h := pconHeaders(2, time.Hour)
+	h := s.pconHeaders(2, time.Hour)
 	h[pcon.HeaderError] = "boom\n\x1b[31mred\u202e"
 	s.deadLetter(2, "k\x1b[2J\tx\ny\xff", h)
 	for _, args := range [][]string{{"dlt", "redrive", "--topic", "like", "--dry-run"}, {"dlt", "list", "--topic", "like"}} {

@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 )
 
@@ -75,9 +75,13 @@ const Chunk = 500
 
 // Config configures a Reclaimer.
 type Config struct {
-	Brokers []string
-	// Topics are the original topics (one per domain); their dead-letter
-	// topics are topic+DLTSuffix.
+	// Kafka is how to reach the brokers (KAFKA_*); its prefix names the
+	// domains of Topics in metric labels.
+	Kafka kafka.Settings
+	// ClientID names the Kafka client ("reclaimer" when empty).
+	ClientID string
+	// Topics are the original topics (one per domain), named on the
+	// cluster; their dead-letter topics are topic+DLTSuffix.
 	Topics    []string
 	DLTSuffix string
 	// ParkSuffix, when set, names the parked topic (topic+ParkSuffix) a
@@ -85,8 +89,8 @@ type Config struct {
 	// past it: the DLT's retention then cannot lose it. Empty leaves parked
 	// records in the source topic only.
 	ParkSuffix string
-	// Group is the consumer group whose committed offsets mark how far each
-	// DLT partition was reclaimed.
+	// Group is the consumer group (named on the cluster) whose committed
+	// offsets mark how far each DLT partition was reclaimed.
 	Group string
 	// MinIdle is how long a record must have been in the DLT before it is
 	// re-driven: a pass stops at the first younger record of a partition.
@@ -96,9 +100,10 @@ type Config struct {
 	// MaxRedrives is how often a record may be re-driven; after that it
 	// stays parked.
 	MaxRedrives int
-	// Horizon, when positive, is how old an event of HorizonTopics may be
-	// (by its CloudEvents time) and still be applied by its consumers; an
-	// older one is Expired rather than re-driven to be skipped.
+	// Horizon, when positive, is how old an event of HorizonTopics (named
+	// on the cluster) may be (by its CloudEvents time) and still be applied
+	// by its consumers; an older one is Expired rather than re-driven to be
+	// skipped.
 	Horizon       time.Duration
 	HorizonTopics []string
 	// ReadTimeout bounds the wait for a record known to exist (default 10 s).
@@ -110,14 +115,11 @@ type Config struct {
 	// pass takes it (see Locker); nil excludes only passes of this
 	// Reclaimer.
 	Lock Locker
-	// Sarama is the client configuration to start from (nil: a default).
-	// Producer and offset settings are overridden where correctness needs it.
-	Sarama *sarama.Config
 }
 
 func (c *Config) validate() error {
 	var errs []error
-	if len(c.Brokers) == 0 {
+	if len(c.Kafka.Brokers) == 0 {
 		errs = append(errs, errors.New("no brokers"))
 	}
 	if len(c.Topics) == 0 {
@@ -131,6 +133,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		errs = append(errs, errors.New("no logger"))
+	}
+	if c.ClientID == "" {
+		c.ClientID = "reclaimer"
 	}
 	if c.ReadTimeout <= 0 {
 		c.ReadTimeout = 10 * time.Second

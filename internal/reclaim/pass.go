@@ -16,7 +16,6 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
-	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 // Pass runs one reclaim pass over every domain in parallel and logs its
@@ -65,7 +64,7 @@ func (r *Reclaimer) Pass(ctx context.Context, o Options) Result {
 }
 
 func (r *Reclaimer) domain(ctx context.Context, topic string, o Options, budget *atomic.Int64) DomainResult {
-	d := DomainResult{Domain: events.DomainOf(topic), Topic: topic}
+	d := DomainResult{Domain: r.cfg.Kafka.Domain(topic), Topic: topic}
 	if !slices.Contains(r.cfg.Topics, topic) {
 		d.Err = fmt.Errorf("domain %s: topic %s is not configured", d.Domain, topic)
 		d.ErrText = d.Err.Error()
@@ -112,7 +111,7 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 	defer r.lockPartition(k)()
 	pr = PartitionResult{Topic: dlt, Partition: p, Counts: map[Outcome]int{}}
 	shard := strconv.Itoa(int(p))
-	domain := events.DomainOf(topic)
+	domain := r.cfg.Kafka.Domain(topic)
 	if !o.DryRun {
 		r.metrics.touch(domain, shard)
 		defer func() { r.metrics.observe(domain, shard, pr, time.Since(start)) }()

@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/loopers/commerce-pipeline/internal/kafka"
 )
 
 // Reclaimer reclaims DLT records. Its methods may be called concurrently.
@@ -48,13 +46,7 @@ func New(cfg Config) (*Reclaimer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("reclaim: %w", err)
 	}
-	sc := cfg.Sarama
-	if sc == nil {
-		sc = kafka.Config("reclaimer")
-	} else {
-		c := *sc
-		sc = &c
-	}
+	sc := cfg.Kafka.Config(cfg.ClientID)
 	sc.Producer.RequiredAcks = sarama.WaitForAll
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
@@ -68,9 +60,9 @@ func New(cfg Config) (*Reclaimer, error) {
 	// A pass reads only records below the high water mark it saw, so a
 	// fetch has nothing to wait for.
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
-	client, err := sarama.NewClient(cfg.Brokers, sc)
+	client, err := sarama.NewClient(cfg.Kafka.Brokers, sc)
 	if err != nil {
-		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Brokers, err)
+		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Kafka.Brokers, err)
 	}
 	r := &Reclaimer{cfg: cfg, client: client, partLock: map[tp]*sync.Mutex{}}
 	fail := func(what string, err error) (*Reclaimer, error) {

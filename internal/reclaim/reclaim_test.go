@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
+	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -31,30 +34,83 @@ import (
 
 var domains = []string{"like-events", "order-events"}
 
+// env is a test's topics: the domains' topics with their DLT and parked
+// topics. Tests name them as the pipeline does (like-events); the
+// reclaimer gets them as named on the cluster (e.topic).
 type env struct {
 	t       *testing.T
-	kafka   *kfake.Cluster
+	kafka   kafka.Settings
 	brokers []string
 	prod    sarama.SyncProducer
 }
 
-func newEnv(t *testing.T) *env {
-	t.Helper()
+func envTopics() []string {
 	var topics []string
 	for _, d := range domains {
 		topics = append(topics, d, d+".DLT", d+".PARKED")
 	}
-	k := testenv.Kafka(t, topics...)
-	sc := sarama.NewConfig()
-	sc.Producer.Return.Successes = true
+	return topics
+}
+
+// newEnv puts the topics under a prefix of the test's own on Apache Kafka.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvOn(t, testenv.Kafka(t, envTopics()...).Settings)
+}
+
+// newFakeEnv puts them on kfake, for a fault only it injects (why).
+func newFakeEnv(t *testing.T, why string) (*env, *kfake.Cluster) {
+	t.Helper()
+	c := testenv.FakeKafka(t, why, envTopics()...)
+	return newEnvOn(t, kafka.Settings{Brokers: c.ListenAddrs()}), c
+}
+
+func newEnvOn(t *testing.T, k kafka.Settings) *env {
+	t.Helper()
+	sc := k.Config("dead-letterer")
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
-	p, err := sarama.NewSyncProducer(k.ListenAddrs(), sc)
+	// A batch of dead letters lands in the order it was given.
+	sc.Net.MaxOpenRequests = 1
+	p, err := sarama.NewSyncProducer(k.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return &env{t: t, kafka: k, brokers: k.ListenAddrs(), prod: p}
+	return &env{t: t, kafka: k, brokers: k.Brokers, prod: p}
 }
+
+// placeTopics creates the test's topics on k (no prefix), every replica of
+// a topic's 3 partitions on the broker node(topic) names.
+func placeTopics(t *testing.T, k kafka.Settings, node func(topic string) int32) {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(k.Brokers, k.Config("topic-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var specs []kafka.TopicSpec
+	for _, topic := range envTopics() {
+		n := node(topic)
+		detail := &sarama.TopicDetail{NumPartitions: -1, ReplicationFactor: -1, ReplicaAssignment: map[int32][]int32{0: {n}, 1: {n}, 2: {n}}}
+		if err := admin.CreateTopic(topic, detail, false); err != nil {
+			t.Fatalf("create %s on node %d: %v", topic, n, err)
+		}
+		specs = append(specs, kafka.TopicSpec{Name: topic})
+	}
+	// Created already: CreateTopics only waits until they have leaders.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := k.CreateTopics(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// topic names a pipeline topic (like-events, like-events.DLT) on the
+// cluster.
+func (e *env) topic(name string) string { return e.kafka.Topic(name) }
+
+// topics maps topic over names.
+func (e *env) topics(names ...string) []string { return e.kafka.Topics(names) }
 
 // dead is a DLT record as pcon writes it.
 type dead struct {
@@ -68,14 +124,16 @@ type dead struct {
 	eventAge  time.Duration // since the event happened (ce_time); 0: no ce_time
 }
 
+// deadLetter writes ds, in order, in one batch.
 func (e *env) deadLetter(ds ...dead) {
 	e.t.Helper()
+	msgs := make([]*sarama.ProducerMessage, 0, len(ds))
 	for _, d := range ds {
-		m := &sarama.ProducerMessage{Topic: d.topic + ".DLT", Partition: d.partition, Key: sarama.StringEncoder(d.key),
+		m := &sarama.ProducerMessage{Topic: e.topic(d.topic + ".DLT"), Partition: d.partition, Key: sarama.StringEncoder(d.key),
 			Value: sarama.StringEncoder("value-" + d.key)}
 		h := map[string]string{"ce_id": "id-" + d.key}
 		if !d.foreign {
-			h[pcon.HeaderOriginalTopic] = d.topic
+			h[pcon.HeaderOriginalTopic] = e.topic(d.topic)
 			h[pcon.HeaderOriginalPartition] = strconv.Itoa(int(d.partition))
 			h[pcon.HeaderOriginalOffset] = "7"
 			h[pcon.HeaderError] = "database unavailable"
@@ -94,16 +152,17 @@ func (e *env) deadLetter(ds ...dead) {
 		for k, v := range h {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(k), Value: []byte(v)})
 		}
-		if _, _, err := e.prod.SendMessage(m); err != nil {
-			e.t.Fatal(err)
-		}
+		msgs = append(msgs, m)
+	}
+	if err := e.prod.SendMessages(msgs); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
 func (e *env) reclaimer(reg prometheus.Registerer, change func(*reclaim.Config)) *reclaim.Reclaimer {
 	e.t.Helper()
 	cfg := reclaim.Config{
-		Brokers: e.brokers, Topics: domains, DLTSuffix: ".DLT", Group: "reclaimer",
+		Kafka: e.kafka, Topics: e.topics(domains...), DLTSuffix: ".DLT", Group: e.kafka.Group("reclaimer"),
 		MinIdle: time.Minute, Count: 100, MaxRedrives: 3, ReadTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registerer: reg,
 	}
@@ -125,10 +184,11 @@ type got struct {
 	Headers   map[string]string
 }
 
+// republished reads n records of topic (the pipeline's name).
 func (e *env) republished(topic string, n int) []got {
 	e.t.Helper()
 	var out []got
-	for _, m := range testenv.ReadTopic(e.t, e.brokers, topic, n, 10*time.Second) {
+	for _, m := range testenv.ReadTopic(e.t, e.brokers, e.topic(topic), n, 10*time.Second) {
 		out = append(out, got{m.Partition, string(m.Key), testenv.Headers(m)})
 	}
 	return out
@@ -266,9 +326,9 @@ func TestPartitionsInOrderDomainsInParallel(t *testing.T) {
 		n := len(order[topic])
 		mu.Unlock()
 		switch {
-		case topic == "order-events.DLT" && n == 3:
+		case topic == e.topic("order-events.DLT") && n == 3:
 			close(orderDone)
-		case topic == "like-events.DLT" && p == 0:
+		case topic == e.topic("like-events.DLT") && p == 0:
 			// A slow like domain: it finishes only after the order domain
 			// did. Run one after the other, this would never return.
 			select {
@@ -283,7 +343,7 @@ func TestPartitionsInOrderDomainsInParallel(t *testing.T) {
 	if err := res.Err(); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string][]int32{"like-events.DLT": {0, 1, 2}, "order-events.DLT": {0, 1, 2}}
+	want := map[string][]int32{e.topic("like-events.DLT"): {0, 1, 2}, e.topic("order-events.DLT"): {0, 1, 2}}
 	if diff := cmp.Diff(want, order); diff != "" {
 		t.Errorf("partition order per domain (-want +got):\n%s", diff)
 	}
@@ -296,7 +356,7 @@ func TestFailedDomainDoesNotStopOthers(t *testing.T) {
 	// stock-events.DLT does not exist in this cluster.
 	var logs bytes.Buffer
 	r := e.reclaimer(nil, func(c *reclaim.Config) {
-		c.Topics = []string{"stock-events", "order-events"}
+		c.Topics = e.topics("stock-events", "order-events")
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	res := r.Pass(context.Background(), reclaim.Options{})
@@ -354,7 +414,7 @@ func TestDryRunAndList(t *testing.T) {
 		dead{topic: "like-events", partition: 2, key: "b", age: time.Hour, redrives: 3},
 		dead{topic: "like-events", partition: 2, key: "c", age: time.Hour, foreign: true})
 	r := e.reclaimer(nil, nil)
-	res := r.Pass(context.Background(), reclaim.Options{DryRun: true, Topics: []string{"like-events"}})
+	res := r.Pass(context.Background(), reclaim.Options{DryRun: true, Topics: e.topics("like-events")})
 	var recs []string
 	for _, p := range res.Domains[0].Partitions {
 		for _, x := range p.Records {
@@ -364,38 +424,95 @@ func TestDryRunAndList(t *testing.T) {
 	if diff := cmp.Diff([]string{"a:redriven", "b:parked", "c:skipped"}, recs); diff != "" {
 		t.Errorf("dry run (-want +got):\n%s", diff)
 	}
-	list, err := r.List(context.Background(), []string{"like-events"})
+	list, err := r.List(context.Background(), e.topics("like-events"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p2 := list[2]
 	p2.OldestPending = p2.OldestPending.Round(time.Hour)
-	want := reclaim.PartitionSummary{Topic: "like-events.DLT", Partition: 2, Records: 3, Pending: 3, OldestPending: time.Hour,
+	want := reclaim.PartitionSummary{Topic: e.topic("like-events.DLT"), Partition: 2, Records: 3, Pending: 3, OldestPending: time.Hour,
 		Redrives: map[int]int64{0: 2, 3: 1}, AtMax: 1, Foreign: 1, Errors: map[string]int64{"database unavailable": 2}}
 	if diff := cmp.Diff(want, p2); diff != "" {
 		t.Errorf("list after a dry run (-want +got):\n%s", diff)
 	}
 }
 
-// TestRepublishFailureCommitsNothingPastIt: a republish the broker refuses is
-// counted as failed, the offset stays before it, and the next pass re-drives
-// it.
+// TestRepublishFailureCommitsNothingPastIt: a republish that fails for a
+// cause that passes or an operator can fix (its partition's broker down, a
+// missing authorization; unlike a record too large) is counted as failed,
+// the offset stays before it, and once the cause is gone the next pass
+// re-drives it.
 func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
-		dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})
-	// An error an operator can fix (an ACL), unlike a record too large.
-	fault := e.kafka.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "order-events", Err: kerr.TopicAuthorizationFailed, Count: -1})
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"order-events"} })
-	res := r.Pass(context.Background(), reclaim.Options{})
-	p1 := res.Domains[0].Partitions[1]
-	if res.Err() == nil || p1.Counts[reclaim.Failed] != 1 || p1.Counts[reclaim.Redriven] != 0 || p1.Committed != 0 {
-		t.Fatalf("pass while the broker refuses: counts %v, committed %d, error %v", p1.Counts, p1.Committed, res.Err())
+	tests := []struct {
+		name string
+		// env gives the test its topics, and refuse, which makes the
+		// broker refuse what is produced to topic (named on the cluster)
+		// and returns what fixes it.
+		env func(t *testing.T) (e *env, refuse func(topic string) (fix func()))
+	}{
+		{"the origin's broker stopped", func(t *testing.T) (*env, func(string) func()) {
+			// Three nodes, so that the cluster keeps its controller quorum
+			// and the group's offsets (replicated on all three) with one
+			// stopped. The DLT and parked topics live on node 1, the
+			// origins on node 3: stopping node 3 takes away only the
+			// partitions the pass republishes to.
+			c := testenv.KafkaCluster(t, kafkabroker.Options{Nodes: 3})
+			k := kafka.Settings{Brokers: c.Brokers()}
+			placeTopics(t, k, func(topic string) int32 {
+				if slices.Contains(domains, topic) {
+					return int32(c.Node(3).ID())
+				}
+				return int32(c.Node(1).ID())
+			})
+			return newEnvOn(t, k), func(topic string) func() {
+				if err := c.Node(3).Stop(); err != nil {
+					t.Fatal(err)
+				}
+				return func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					if err := c.Node(3).Start(ctx); err != nil {
+						t.Fatal(err)
+					}
+					// The node answers before its partitions have their leader
+					// back; the existing topics are only waited for.
+					if err := k.CreateTopics(ctx, []kafka.TopicSpec{{Name: topic}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}},
+		{"topic authorization failed", func(t *testing.T) (*env, func(string) func()) {
+			e, c := newFakeEnv(t, "TopicAuthorizationFailed on Produce: the test brokers run no authorizer yet")
+			return e, func(topic string) func() {
+				return c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1}).Remove
+			}
+		}},
 	}
-	fault.Remove()
-	if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
-		t.Errorf("pass after the broker recovered re-drove %d, want 2", got)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, refuse := tc.env(t)
+			e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
+				dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})
+			fix := refuse(e.topic("order-events"))
+			r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = e.topics("order-events") })
+			res := r.Pass(context.Background(), reclaim.Options{})
+			p1 := res.Domains[0].Partitions[1]
+			if res.Err() == nil || p1.Counts[reclaim.Failed] != 1 || p1.Counts[reclaim.Redriven] != 0 || p1.Committed != 0 {
+				t.Fatalf("pass while the broker refuses: counts %v, committed %d, error %v", p1.Counts, p1.Committed, res.Err())
+			}
+			fix()
+			if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
+				t.Errorf("pass after the cause was fixed re-drove %d, want 2", got)
+			}
+			back := e.republished("order-events", 2)
+			if diff := cmp.Diff([]got{{1, "a", map[string]string{"ce_id": "id-a", reclaim.HeaderRedriveCount: "1"}},
+				{1, "b", map[string]string{"ce_id": "id-b", reclaim.HeaderRedriveCount: "1"}}}, back); diff != "" {
+				t.Errorf("republished (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -411,7 +528,7 @@ func TestPermanentParkedAtOnce(t *testing.T) {
 		dead{topic: "like-events", partition: 0, key: "overflow", reason: pcon.ReasonKeyQueueFull},
 		dead{topic: "like-events", partition: 0, key: "transient", age: time.Hour},
 	)
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"} })
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = e.topics("like-events") })
 	res := r.Pass(context.Background(), reclaim.Options{})
 	if err := res.Err(); err != nil {
 		t.Fatal(err)
@@ -444,7 +561,7 @@ func TestFutureDeadSinceDoesNotBlock(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "like-events", partition: 2, key: "from-the-future", age: -24 * time.Hour},
 		dead{topic: "like-events", partition: 2, key: "behind-it", age: 0})
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"}; c.MinIdle = 50 * time.Millisecond })
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = e.topics("like-events"); c.MinIdle = 50 * time.Millisecond })
 	time.Sleep(100 * time.Millisecond) // both were appended at least MinIdle ago
 	res := r.Pass(context.Background(), reclaim.Options{})
 	if got := counts(res); !cmp.Equal(got, map[reclaim.Outcome]int{reclaim.Redriven: 2}) {
@@ -460,9 +577,9 @@ func TestUnhealableRepublishParks(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter(dead{topic: "order-events", partition: 0, key: "a", age: time.Hour})
 	// The same record but from a partition the topic does not have.
-	m := &sarama.ProducerMessage{Topic: "order-events.DLT", Partition: 0, Key: sarama.StringEncoder("gone"), Value: sarama.StringEncoder("v"),
+	m := &sarama.ProducerMessage{Topic: e.topic("order-events.DLT"), Partition: 0, Key: sarama.StringEncoder("gone"), Value: sarama.StringEncoder("v"),
 		Headers: []sarama.RecordHeader{
-			{Key: []byte(pcon.HeaderOriginalTopic), Value: []byte("order-events")},
+			{Key: []byte(pcon.HeaderOriginalTopic), Value: []byte(e.topic("order-events"))},
 			{Key: []byte(pcon.HeaderOriginalPartition), Value: []byte("99")},
 			{Key: []byte(pcon.HeaderDeadLetteredAt), Value: []byte(time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano))},
 		}}
@@ -470,7 +587,7 @@ func TestUnhealableRepublishParks(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.deadLetter(dead{topic: "order-events", partition: 0, key: "b", age: time.Hour})
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"order-events"} })
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = e.topics("order-events") })
 	res := r.Pass(context.Background(), reclaim.Options{})
 	if err := res.Err(); err != nil {
 		t.Fatal(err)
@@ -490,7 +607,7 @@ func TestCommitNeverGoesBack(t *testing.T) {
 	for _, k := range []string{"a", "b", "c"} {
 		e.deadLetter(dead{topic: "like-events", partition: 1, key: k, age: time.Hour})
 	}
-	only := func(c *reclaim.Config) { c.Topics = []string{"like-events"} }
+	only := func(c *reclaim.Config) { c.Topics = e.topics("like-events") }
 	slow := e.reclaimer(nil, func(c *reclaim.Config) { only(c); c.Count = 1 })
 	fast := e.reclaimer(nil, only)
 	slow.SetBeforeCommit(func(topic string, p int32) error {
@@ -521,9 +638,11 @@ func TestRedriversExcludeEachOther(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const total = 3000
-	for i := range total {
-		e.deadLetter(dead{topic: "like-events", partition: int32(i % 3), key: "k" + strconv.Itoa(i), age: time.Hour})
+	ds := make([]dead, total)
+	for i := range ds {
+		ds[i] = dead{topic: "like-events", partition: int32(i % 3), key: "k" + strconv.Itoa(i), age: time.Hour}
 	}
+	e.deadLetter(ds...)
 	url := testenv.DatabaseURL(t)
 	sets := [][]string{{"like-events"}, {"like-events", "order-events"}, {"order-events", "like-events"}}
 	var (
@@ -538,7 +657,7 @@ func TestRedriversExcludeEachOther(t *testing.T) {
 		}
 		t.Cleanup(db.Close)
 		r := e.reclaimer(nil, func(c *reclaim.Config) {
-			c.Topics, c.Count, c.MinIdle, c.Lock = topics, 50, 0, reclaim.PGLock(db)
+			c.Topics, c.Count, c.MinIdle, c.Lock = e.topics(topics...), 50, 0, reclaim.PGLock(db)
 		})
 		wg.Go(func() {
 			for redriven.Load() < total && time.Now().Before(deadline) {
@@ -555,7 +674,7 @@ func TestRedriversExcludeEachOther(t *testing.T) {
 	if n := redriven.Load(); n != total {
 		t.Fatalf("%d re-drives counted for %d dead letters", n, total)
 	}
-	testenv.EachKeyOnce(t, e.brokers, "like-events", total)
+	testenv.EachKeyOnce(t, e.brokers, e.topic("like-events"), total)
 }
 
 // TestExpiredPastHorizon: a dead letter whose event is older than its
@@ -572,7 +691,7 @@ func TestExpiredPastHorizon(t *testing.T) {
 		dead{topic: "like-events", partition: 0, key: "old-like", age: time.Hour, eventAge: 8 * 24 * time.Hour},
 	)
 	r := e.reclaimer(nil, func(c *reclaim.Config) {
-		c.ParkSuffix, c.Horizon, c.HorizonTopics = ".PARKED", week-time.Hour, []string{"order-events"}
+		c.ParkSuffix, c.Horizon, c.HorizonTopics = ".PARKED", week-time.Hour, e.topics("order-events")
 	})
 	list, err := r.List(context.Background(), nil)
 	if err != nil {
@@ -582,7 +701,7 @@ func TestExpiredPastHorizon(t *testing.T) {
 	for _, p := range list {
 		expired[p.Topic] += p.Expired
 	}
-	if diff := cmp.Diff(map[string]int64{"like-events.DLT": 0, "order-events.DLT": 1}, expired); diff != "" {
+	if diff := cmp.Diff(map[string]int64{e.topic("like-events.DLT"): 0, e.topic("order-events.DLT"): 1}, expired); diff != "" {
 		t.Errorf("list: expired records (-want +got):\n%s", diff)
 	}
 	dry := r.Pass(context.Background(), reclaim.Options{DryRun: true})
@@ -621,10 +740,12 @@ func TestChunksCommitAsTheyGo(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const total = 1200
-	for i := range total {
-		e.deadLetter(dead{topic: "like-events", partition: 2, key: strconv.Itoa(i), age: time.Hour})
+	ds := make([]dead, total)
+	for i := range ds {
+		ds[i] = dead{topic: "like-events", partition: 2, key: strconv.Itoa(i), age: time.Hour}
 	}
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics, c.Count = []string{"like-events"}, reclaim.MaxTotal })
+	e.deadLetter(ds...)
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics, c.Count = e.topics("like-events"), reclaim.MaxTotal })
 	commits := 0
 	r.SetBeforeCommit(func(_ string, p int32) error {
 		if p != 2 {
@@ -678,7 +799,7 @@ func TestChosenRecords(t *testing.T) {
 	for i := range 5 {
 		e.deadLetter(dead{topic: "like-events", partition: 1, key: strconv.Itoa(i), age: time.Hour})
 	}
-	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = []string{"like-events"} })
+	r := e.reclaimer(nil, func(c *reclaim.Config) { c.Topics = e.topics("like-events") })
 	res := r.Pass(context.Background(), reclaim.Options{Only: map[string]bool{"1:1": true, "1:3": true, "1:99": true}})
 	if got := res.Totals()[reclaim.Redriven]; got != 2 || res.Err() == nil || !strings.Contains(res.Err().Error(), "@99: no such record") {
 		t.Errorf("re-drove %d (error %v); want 2 and an error naming offset 99", got, res.Err())

@@ -33,7 +33,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		return err
 	}
 	defer st.Close()
-	pub, err := publisher.New(cfg.Brokers, cfg.Relay.SendTimeout, events.NewRegistry(), logger)
+	pub, err := publisher.New(cfg.Kafka, cfg.Relay.SendTimeout, events.NewRegistry(), logger)
 	if err != nil {
 		return err
 	}

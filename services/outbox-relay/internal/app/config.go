@@ -1,21 +1,21 @@
 package app
 
 import (
-	"strings"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
 )
 
 // Config is every setting of outbox-relay, read from the environment.
 type Config struct {
-	DatabaseURL string     // DATABASE_URL
-	DB          pg.Options // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
-	Brokers     []string   // KAFKA_BROKERS, comma-separated
-	AdminAddr   string     // ADMIN_ADDR: /healthz, /readyz, /metrics
+	DatabaseURL string         // DATABASE_URL
+	DB          pg.Options     // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
+	Kafka       kafka.Settings // KAFKA_*
+	AdminAddr   string         // ADMIN_ADDR: /healthz, /readyz, /metrics
 	// GCPercent (OUTBOX_RELAY_GC_PERCENT) is the garbage collector's target
 	// percentage: the CloudEvents mapping allocates a lot per record while
 	// the live heap stays small (a few batches), so collecting less often
@@ -33,7 +33,7 @@ func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL: l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:          pg.LoadOptions(l, pg.Options{MaxConns: 4}),
-		Brokers:     brokers(l),
+		Kafka:       kafka.Load(l),
 		AdminAddr:   l.String("ADMIN_ADDR", "127.0.0.1:8081"), // loopback: operators only
 		Relay: relay.Config{
 			NodeID:        l.Computed("OUTBOX_RELAY_NODE_ID", "defaultNodeID()", cluster.DefaultNodeID),
@@ -52,18 +52,4 @@ func Load(l *config.Loader) Config {
 	}
 	c.Cluster = cluster.Load(l, c.Relay.NodeID)
 	return c
-}
-
-func brokers(l *config.Loader) []string {
-	raw := l.Required("KAFKA_BROKERS")
-	var out []string
-	for b := range strings.SplitSeq(raw, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	if raw != "" && len(out) == 0 {
-		l.Fail("KAFKA_BROKERS", "must list at least one host:port, got %q", raw)
-	}
-	return out
 }

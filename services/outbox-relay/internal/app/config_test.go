@@ -12,6 +12,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
@@ -46,7 +47,7 @@ func TestLoadConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := Config{
-			DatabaseURL: base["DATABASE_URL"], Brokers: []string{"k1:9092", "k2:9092"}, AdminAddr: "127.0.0.1:8081",
+			DatabaseURL: base["DATABASE_URL"], Kafka: kafka.Settings{Brokers: []string{"k1:9092", "k2:9092"}}, AdminAddr: "127.0.0.1:8081",
 			DB: pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
 			Relay: relay.Config{
 				NodeID: "n1", BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
@@ -20,9 +22,11 @@ import (
 // fails once Kafka is gone.
 func TestOpsEndpoints(t *testing.T) {
 	t.Parallel()
-	env := relaytest.New(t)
+	// A broker of its own: the test takes it away.
+	broker := testenv.KafkaCluster(t, kafkabroker.Options{})
+	env := relaytest.NewOn(t, broker)
 	cfg := Config{
-		DatabaseURL: env.URL, Brokers: env.Brokers, AdminAddr: "127.0.0.1:0", GCPercent: 100,
+		DatabaseURL: env.URL, Kafka: env.Kafka, AdminAddr: "127.0.0.1:0", GCPercent: 100,
 		Relay: relay.Config{
 			NodeID: "node-a", BatchSize: 100, SendTimeout: 3 * time.Second, RetryInterval: 200 * time.Millisecond,
 			MaxAge: 5 * time.Minute, Interval: 100 * time.Millisecond, LeaseTTL: time.Second, Retention: time.Hour,
@@ -84,7 +88,9 @@ func TestOpsEndpoints(t *testing.T) {
 		}
 	}
 
-	env.Cluster.Close() // Kafka gone: not ready
+	if err := broker.Close(); err != nil { // Kafka gone: not ready
+		t.Fatal(err)
+	}
 	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "kafka") {
 		t.Errorf("/readyz without Kafka: %d %s", code, body)
 	}

@@ -19,7 +19,6 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
-	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
@@ -75,10 +74,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err != nil {
 			return err
 		}
+		// The cluster's names, under KAFKA_PREFIX. The idempotency keys
+		// keep the group's own name (consumer.Spec), so a prefix never
+		// makes an event apply twice.
+		group, topic := cfg.Kafka.Group(spec.Group), cfg.Kafka.Topic(spec.Topic)
 		c, err := pcon.New(pcon.Config{
-			Brokers:     cfg.KafkaBrokers,
-			Group:       spec.Group,
-			Topics:      []string{spec.Topic},
+			Brokers:     cfg.Kafka.Brokers,
+			Group:       group,
+			Topics:      []string{topic},
 			Sarama:      saramaConfig(cfg),
 			RevokeGrace: revokeGrace,
 			MaxInFlight: cfg.MaxInFlight,
@@ -100,10 +103,10 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
 			return fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
-		member.WatchStats(spec.Group, c.Stats)
+		member.WatchStats(group, c.Stats)
 		consumers = append(consumers, c)
-		if !slices.Contains(topics, spec.Topic) {
-			topics = append(topics, spec.Topic)
+		if !slices.Contains(topics, topic) {
+			topics = append(topics, topic)
 		}
 	}
 
@@ -180,19 +183,18 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	return errors.Join(slices.DeleteFunc(all, func(e error) bool { return e == nil })...)
 }
 
-// newReclaimer builds the DLT reclaimer over the topics of the consumers this
-// process runs: each instance re-drives only records its own handlers will
-// take back.
+// newReclaimer builds the DLT reclaimer over the topics (named on the
+// cluster) of the consumers this process runs: each instance re-drives only
+// records its own handlers will take back.
 func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg prometheus.Registerer, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
-	sc := saramaConfig(cfg)
-	sc.ClientID = "product-consumers-reclaimer"
 	r, err := reclaim.New(reclaim.Config{
-		Brokers: cfg.KafkaBrokers, Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: reclaim.Group,
+		Kafka: cfg.Kafka, ClientID: "product-consumers-reclaimer",
+		Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: cfg.Kafka.Group(reclaim.Group),
 		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
 		// The consumers' own horizon: what they would skip is parked as
 		// expired, not re-driven.
-		Horizon: cfg.HandledRetention - cfg.HorizonMargin, HorizonTopics: reclaim.HorizonTopics,
-		Logger: logger.With("component", "reclaimer"), Registerer: reg, Sarama: sc, Lock: lock,
+		Horizon: cfg.HandledRetention - cfg.HorizonMargin, HorizonTopics: cfg.Kafka.Topics(reclaim.HorizonTopics),
+		Logger: logger.With("component", "reclaimer"), Registerer: reg, Lock: lock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("reclaimer: %w", err)
@@ -201,7 +203,7 @@ func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg promethe
 }
 
 func saramaConfig(cfg Config) *sarama.Config {
-	c := kafka.Config("product-consumers")
+	c := cfg.Kafka.Config("product-consumers")
 	// A new group reads from the beginning so that events published before
 	// its first start are aggregated too; afterwards committed offsets rule.
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest

@@ -15,6 +15,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -57,6 +58,8 @@ func TestLoadConfig(t *testing.T) {
 		{"bad membership switch", with("CONSUMER_STATIC_MEMBERSHIP", "sometimes"), `CONSUMER_STATIC_MEMBERSHIP: must be true or false, got "sometimes"`},
 		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
+		{"prefix", with("KAFKA_PREFIX", "staging."), ""},
+		{"prefix with a slash", with("KAFKA_PREFIX", "staging/"), `KAFKA_PREFIX: must be at most 200 of the characters a-z A-Z 0-9 . _ -, got "staging/"`},
 	}
 	hostname, _ := os.Hostname()
 	for _, tc := range tests {
@@ -67,7 +70,7 @@ func TestLoadConfig(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := app.Config{DatabaseURL: "postgres://h/db", DB: pg.Options{MaxConns: 16, StatementTimeout: 30 * time.Second}, KafkaBrokers: []string{"a:9092", "b:9092"},
+				want := app.Config{DatabaseURL: "postgres://h/db", DB: pg.Options{MaxConns: 16, StatementTimeout: 30 * time.Second}, Kafka: kafka.Settings{Brokers: []string{"a:9092", "b:9092"}, Prefix: tc.env["KAFKA_PREFIX"]},
 					RedisURL: "redis://h:6379/0", AdminAddr: "127.0.0.1:8082", Consumers: []string{"like", "order", "view", "stock"},
 					MaxInFlight: 1000, MaxAttempts: 3, RetryBackoff: time.Second, HandledRetention: 7 * 24 * time.Hour, PurgeInterval: time.Hour,
 					SessionTimeout: 10 * time.Second, RebalanceTimeout: 15 * time.Second,
@@ -93,7 +96,7 @@ func TestLoadConfig(t *testing.T) {
 }
 
 // TestConsumersAggregate runs every consumer against real PostgreSQL, Redis and
-// an in-process broker, with redelivered events, an unknown event type and a
+// Apache Kafka (under a prefix of the test's own), with redelivered events, an unknown event type and a
 // record that is no CloudEvent at all.
 func TestConsumersAggregate(t *testing.T) {
 	t.Parallel()
@@ -128,7 +131,7 @@ func TestConsumersAggregate(t *testing.T) {
 	send("like-events", event(events.LikeCanceledV1{UserID: "u1", ProductID: 1}), uuid.NewString())
 	poison := events.Record{Type: "loopers.like.exploded.v1", AggregateType: "Product", AggregateID: "1", Data: []byte(`{}`)}
 	send("like-events", poison, "00000000-0000-0000-0000-00000000dead")
-	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: "like-events", Key: sarama.StringEncoder("1"), Value: sarama.StringEncoder("not a cloudevent")}); err != nil {
+	if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: f.kafka.Topic("like-events"), Key: sarama.StringEncoder("1"), Value: sarama.StringEncoder("not a cloudevent")}); err != nil {
 		t.Fatal(err)
 	}
 	send("like-events", event(events.LikeCreatedV1{UserID: "u1", ProductID: 1}), uuid.NewString())
@@ -191,11 +194,13 @@ func TestConsumersAggregate(t *testing.T) {
 	}
 
 	// Both bad records are in the dead-letter topic with their origin.
-	dlt := testenv.ReadTopic(t, f.brokers, "like-events.DLT", 2, 30*time.Second)
+	// The origin is named as on the cluster: that is where a re-drive
+	// sends it back.
+	dlt := testenv.ReadTopic(t, f.brokers, f.kafka.Topic("like-events.DLT"), 2, 30*time.Second)
 	var sawPoison, sawGarbage bool
 	for _, r := range dlt {
 		h := testenv.Headers(r)
-		if h[pcon.HeaderOriginalTopic] != "like-events" || h[pcon.HeaderConsumerGroup] != "product-like-consumer" || h[pcon.HeaderError] == "" {
+		if h[pcon.HeaderOriginalTopic] != f.kafka.Topic("like-events") || h[pcon.HeaderConsumerGroup] != f.kafka.Group("product-like-consumer") || h[pcon.HeaderError] == "" {
 			t.Errorf("dead letter lacks origin headers: %v", h)
 		}
 		if h[pcon.HeaderAttempts] != "1" {
@@ -215,8 +220,8 @@ func TestConsumersAggregate(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, series := range []string{
-		`pcon_processed_total{consumer="order",group="product-order-consumer",partition=`,
-		`pcon_dead_lettered_total{consumer="like",group="product-like-consumer",partition=`,
+		`pcon_processed_total{consumer="order",group="` + f.kafka.Group("product-order-consumer") + `",partition=`,
+		`pcon_dead_lettered_total{consumer="like",group="` + f.kafka.Group("product-like-consumer") + `",partition=`,
 		`product_consumer_events_total{consumer="order",outcome="duplicate"} 1`,
 		`product_consumer_events_total{consumer="view",outcome="applied"} 5`,
 		// Every event handled, redeliveries included, is timed once

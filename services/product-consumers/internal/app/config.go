@@ -7,6 +7,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/consumer"
 )
@@ -14,8 +15,8 @@ import (
 // Config is product-consumers' configuration, read from the environment.
 type Config struct {
 	DatabaseURL      string
-	DB               pg.Options // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
-	KafkaBrokers     []string
+	DB               pg.Options     // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
+	Kafka            kafka.Settings // KAFKA_BROKERS, KAFKA_PREFIX
 	RedisURL         string
 	AdminAddr        string
 	Consumers        []string
@@ -47,7 +48,7 @@ func Load(l *config.Loader) Config {
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 16}),
-		KafkaBrokers:     l.List("KAFKA_BROKERS", nil),
+		Kafka:            kafka.Load(l),
 		AdminAddr:        l.String("ADMIN_ADDR", "127.0.0.1:8082"), // loopback: operators only
 		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
 		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),

@@ -94,7 +94,7 @@ func TestHostileRecordsAreIsolated(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each case has its own broker and database
+			t.Parallel() // each case has its own topics and database
 			ctx := context.Background()
 			f := newFixture(t)
 			event := f.event(t)
@@ -136,7 +136,7 @@ func TestHostileRecordsAreIsolated(t *testing.T) {
 			if got != want {
 				t.Fatalf("%s of product 1 = %d, want %d: good records were lost or doubled", column, got, want)
 			}
-			dlt := testenv.ReadTopic(t, f.brokers, tc.topic+".DLT", 1, 30*time.Second)
+			dlt := testenv.ReadTopic(t, f.brokers, f.kafka.Topic(tc.topic+".DLT"), 1, 30*time.Second)
 			var ids []string
 			for _, r := range dlt {
 				h := testenv.Headers(r)
@@ -174,7 +174,7 @@ func TestDatabaseRefusalIsolated(t *testing.T) {
 			END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER refuse_666 BEFORE INSERT OR UPDATE ON product_metrics FOR EACH ROW EXECUTE FUNCTION refuse_666();`); err != nil {
+		CREATE TRIGGER refuse_666 BEFORE INSERT OR UPDATE ON product_views FOR EACH ROW EXECUTE FUNCTION refuse_666();`); err != nil {
 		t.Fatal(err)
 	}
 	event := f.event(t)
@@ -200,7 +200,7 @@ func TestDatabaseRefusalIsolated(t *testing.T) {
 	if views != 20 {
 		t.Fatalf("views of product 1 = %d, want 20", views)
 	}
-	dlt := testenv.ReadTopic(t, f.brokers, "product-events.DLT", 1, 30*time.Second)
+	dlt := testenv.ReadTopic(t, f.brokers, f.kafka.Topic("product-events.DLT"), 1, 30*time.Second)
 	h := testenv.Headers(dlt[0])
 	if h["ce_id"] != headerOf(msgs[10], "ce_id") || h[pcon.HeaderReason] != pcon.ReasonPermanent {
 		t.Errorf("dead letter %s (%s), want the refused view, permanently", h["ce_id"], h[pcon.HeaderReason])

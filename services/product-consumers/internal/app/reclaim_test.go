@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +16,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -163,27 +164,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // dltSize is the number of records in topic's DLT.
 func (s *stack) dltSize(topic string) int64 {
 	s.t.Helper()
-	c, err := sarama.NewClient(s.brokers, sarama.NewConfig())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer c.Close()
-	var n int64
-	for p := range int32(3) {
-		off, err := c.GetOffset(topic+events.DLTSuffix, p, sarama.OffsetNewest)
-		if err != nil {
-			s.t.Fatal(err)
-		}
-		n += off
-	}
-	return n
+	return testenv.EndOffsets(s.t, s.brokers, s.kafka.Topic(topic+events.DLTSuffix))
 }
 
+// reclaimer is a re-driver of the like and order DLTs, as pipelinectl's:
+// in the scheduled reclaimer's group.
 func (s *stack) reclaimer(count int) *reclaim.Reclaimer {
 	s.t.Helper()
 	r, err := reclaim.New(reclaim.Config{
-		Brokers: s.brokers, Topics: []string{"like-events", "order-events"}, DLTSuffix: events.DLTSuffix, Group: reclaim.Group,
-		MinIdle: time.Nanosecond, Count: count, MaxRedrives: 3, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Kafka: s.kafka.Settings, Topics: s.kafka.Topics([]string{"like-events", "order-events"}), DLTSuffix: events.DLTSuffix,
+		Group: s.kafka.Group(reclaim.Group), MinIdle: time.Nanosecond, Count: count, MaxRedrives: 3,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		s.t.Fatal(err)
@@ -267,24 +258,19 @@ func TestReclaimCrashBeforeCommit(t *testing.T) {
 	waitFor(t, "3 dead letters", func() bool { return s.dltSize("like-events")+s.dltSize("order-events") == 3 })
 	repair()
 
-	var crash atomic.Bool
-	crash.Store(true)
-	s.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		s.cluster.KeepControl()
-		// Only the reclaimer's commits: the consumers' own go through.
-		if crash.Load() && req.(*kmsg.OffsetCommitRequest).Group == reclaim.Group {
-			return nil, errors.New("reclaimer crashed before its commit"), true
-		}
-		return nil, nil, false
-	})
+	// Only the reclaimer's commits fail: the consumers' groups are others.
+	leave := occupyGroup(t, s.kafka, s.kafka.Group(reclaim.Group))
 	first := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
 	if first.Err() == nil || first.Totals()[reclaim.Redriven] != 3 {
 		t.Fatalf("pass with failing commits: %v re-driven, error %v; want 3 and an error", first.Totals(), first.Err())
 	}
+	if !errors.Is(first.Err(), sarama.ErrUnknownMemberId) {
+		t.Errorf("pass with failing commits: error %v, want the broker's refusal of the commit (%v)", first.Err(), sarama.ErrUnknownMemberId)
+	}
 	want := map[int64]metricsRow{3: {Likes: 2, Sales: 3, Amount: 30}}
 	waitFor(t, "exact aggregates after the first pass", func() bool { return cmp.Equal(want, s.metrics()) })
 
-	crash.Store(false)
+	leave()
 	second := s.reclaimer(100).Pass(context.Background(), reclaim.Options{})
 	if second.Err() != nil || second.Totals()[reclaim.Redriven] != 3 {
 		t.Fatalf("pass after the crash: %v re-driven, error %v; want the same 3 again", second.Totals(), second.Err())
@@ -296,4 +282,83 @@ func TestReclaimCrashBeforeCommit(t *testing.T) {
 	if third := s.reclaimer(100).Pass(context.Background(), reclaim.Options{}); third.Totals()[reclaim.Redriven] != 0 {
 		t.Errorf("a pass after the commit re-drove %v", third.Totals())
 	}
+}
+
+// occupyGroup makes a consumer of the test's own a member of group, and
+// returns the function that takes it out and waits until the group is
+// empty again. While the group has a member, the broker refuses a commit
+// made without a membership (generation -1, no member id: the re-drivers'
+// way) with UNKNOWN_MEMBER_ID, after the re-driver republished: what a
+// crash between the two leaves behind.
+func occupyGroup(t *testing.T, k *testenv.KafkaEnv, group string) (leave func()) {
+	t.Helper()
+	topic := k.Topic("group-holder")
+	k.CreateTopics(t, kafka.TopicSpec{Name: topic, Partitions: 1, Replication: 1})
+	cg, err := sarama.NewConsumerGroup(k.Brokers, group, k.Config("group-holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &holder{joined: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if err := cg.Consume(ctx, []string{topic}, h); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	stop := func() error {
+		cancel()
+		return errors.Join(<-done, cg.Close())
+	}
+	select {
+	case <-h.joined:
+	case err := <-done:
+		t.Fatalf("join %s: %v", group, err)
+	case <-time.After(time.Minute):
+		_ = stop()
+		t.Fatalf("%s: no assignment within a minute", group)
+	}
+	var once sync.Once
+	leave = func() {
+		t.Helper()
+		once.Do(func() {
+			if err := stop(); err != nil {
+				t.Fatalf("leave %s: %v", group, err)
+			}
+			admin, err := sarama.NewClusterAdmin(k.Brokers, k.Config("group-holder-admin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			waitFor(t, group+" empty", func() bool {
+				gs, err := admin.DescribeConsumerGroups([]string{group})
+				return err == nil && len(gs) == 1 && gs[0].State == "Empty"
+			})
+		})
+	}
+	t.Cleanup(leave)
+	return leave
+}
+
+// holder is a consumer group handler that only holds its membership.
+type holder struct {
+	joined chan struct{}
+	once   sync.Once
+}
+
+func (h *holder) Setup(sarama.ConsumerGroupSession) error {
+	h.once.Do(func() { close(h.joined) })
+	return nil
+}
+
+func (*holder) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (*holder) ConsumeClaim(_ sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for range claim.Messages() { //nolint:revive // nothing is published to the topic; the loop ends with the session
+	}
+	return nil
 }

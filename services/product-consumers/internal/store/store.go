@@ -60,7 +60,7 @@ type Sale struct {
 	Amount    int64 // quantity × unit price
 }
 
-// ApplyOrderPaid adds an order's sales to product_metrics unless the event
+// ApplyOrderPaid adds an order's sales to product_sales unless the event
 // with this idempotency key was already handled; the idempotency record and
 // the sales commit together. It reports whether the sales were applied.
 //
@@ -84,7 +84,7 @@ func (s *Store) ApplyOrderPaid(ctx context.Context, idempotencyKey string, sales
 		WITH handled AS (
 			INSERT INTO event_handled (idempotency_key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1
 		), sales AS (
-			INSERT INTO product_metrics AS m (product_id, sales_count, sales_amount)
+			INSERT INTO product_sales AS m (product_id, sales_count, sales_amount)
 			SELECT u.id, u.qty, u.amount FROM unnest($2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, qty, amount)
 			WHERE EXISTS (SELECT 1 FROM handled)
 			ORDER BY u.id
@@ -269,23 +269,24 @@ func (s *Store) PurgeHandled(ctx context.Context, maxAge time.Duration, chunk in
 	return n, nil
 }
 
-// counter is a product_metrics column that addTo may add to.
-type counter string
+// counter is an aggregate that addTo may add to: its table, written by
+// one consumer only (so that no two consumer groups wait on one row lock of
+// a hot product), and its column.
+type counter struct{ table, column string }
 
-const (
-	viewCount counter = "view_count"
-	likeCount counter = "like_count"
+var (
+	viewCount = counter{"product_views", "view_count"}
+	likeCount = counter{"product_likes", "like_count"}
 )
 
-// addTo is the upsert that adds to column the (product_id, n) rows of the
-// query rows, creating missing rows. Rows are upserted in product id order,
-// the order every metrics writer uses, so concurrent writers cannot
-// deadlock.
-func addTo(column counter, rows string) string {
-	return `INSERT INTO product_metrics AS m (product_id, ` + string(column) + `)
+// addTo is the upsert that adds to c the (product_id, n) rows of the query
+// rows, creating missing rows. Rows are upserted in product id order, so
+// concurrent writers of the table cannot deadlock.
+func addTo(c counter, rows string) string {
+	return `INSERT INTO ` + c.table + ` AS m (product_id, ` + c.column + `)
 			SELECT * FROM (` + rows + `) AS r ORDER BY 1
 			ON CONFLICT (product_id) DO UPDATE
-			SET ` + string(column) + ` = m.` + string(column) + ` + EXCLUDED.` + string(column) + `, updated_at = now()`
+			SET ` + c.column + ` = m.` + c.column + ` + EXCLUDED.` + c.column + `, updated_at = now()`
 }
 
 // hashIDs folds product ids into the int4 space of two-key advisory locks,

@@ -275,7 +275,8 @@ func TestAggregateWritesDoNotNotify(t *testing.T) {
 	rows, err := conn.Query(context.Background(), `
 		SELECT t.tgrelid::regclass::text || '.' || t.tgname
 		FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
-		WHERE t.tgrelid IN ('product_metrics'::regclass, 'event_handled'::regclass, 'product_like_state'::regclass)
+		WHERE t.tgrelid IN ('product_likes'::regclass, 'product_sales'::regclass, 'product_views'::regclass,
+			'event_handled'::regclass, 'product_like_state'::regclass)
 		  AND p.prosrc ILIKE '%notify%'`)
 	if err != nil {
 		t.Fatal(err)
