@@ -8,7 +8,8 @@
 # The images are distroless/static: no shell, no libc, running as nonroot.
 # Each carries /usr/local/bin/healthcheck (cmd/healthcheck) for health checks
 # and /usr/local/bin/pipelinectl (cmd/pipelinectl), the operators' tool, which
-# finds DATABASE_URL and KAFKA_BROKERS in the service's environment:
+# finds DATABASE_URL, KAFKA_BROKERS and KAFKA_PREFIX in the service's
+# environment:
 #
 #   docker compose exec product-consumers pipelinectl dlt list
 

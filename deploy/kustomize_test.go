@@ -48,6 +48,60 @@ type kafkaTopic struct {
 	} `json:"spec"`
 }
 
+// strimziKafka is the part of Strimzi's Kafka (kafka.strimzi.io/v1) that
+// deploy/k8s/kafka uses, decoded strictly as kafkaTopic is.
+type strimziKafka struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Spec struct {
+		Kafka struct {
+			Version         string `json:"version"`
+			MetadataVersion string `json:"metadataVersion"`
+			Listeners       []struct {
+				Name string `json:"name"`
+				Port int    `json:"port"`
+				Type string `json:"type"`
+				TLS  bool   `json:"tls"`
+			} `json:"listeners"`
+			Config map[string]any `json:"config"`
+		} `json:"kafka"`
+		EntityOperator struct {
+			TopicOperator *struct{} `json:"topicOperator"`
+		} `json:"entityOperator"`
+	} `json:"spec"`
+}
+
+// kafkaNodePool is the part of Strimzi's KafkaNodePool (kafka.strimzi.io/v1)
+// that deploy/k8s/kafka uses, decoded strictly.
+type kafkaNodePool struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		Replicas int      `json:"replicas"`
+		Roles    []string `json:"roles"`
+		Storage  struct {
+			Type    string `json:"type"`
+			Volumes []struct {
+				ID            int    `json:"id"`
+				Type          string `json:"type"`
+				Size          string `json:"size"`
+				DeleteClaim   bool   `json:"deleteClaim"`
+				KraftMetadata string `json:"kraftMetadata"`
+			} `json:"volumes"`
+		} `json:"storage"`
+		Resources corev1.ResourceRequirements `json:"resources"`
+	} `json:"spec"`
+}
+
 // rendered is the kustomize base, every object decoded.
 type rendered struct {
 	deployments  map[string]*appsv1.Deployment
@@ -58,12 +112,14 @@ type rendered struct {
 	jobs         map[string]*batchv1.Job
 	configMaps   map[string]*corev1.ConfigMap
 	topics       []kafkaTopic
+	kafkas       []strimziKafka
+	nodePools    []kafkaNodePool
 	namespaces   []string // of every object
 }
 
 // renderBase builds deploy/k8s/base as kubectl apply -k would and decodes
 // every object strictly: the Kubernetes kinds with the client-go scheme,
-// KafkaTopic into its struct.
+// Strimzi's kinds into their structs.
 func renderBase(t *testing.T) rendered {
 	t.Helper()
 	return render(t, "deploy/k8s/base")
@@ -92,18 +148,30 @@ func render(t *testing.T, dir string) rendered {
 			t.Fatal(err)
 		}
 		r.namespaces = append(r.namespaces, res.GetNamespace())
-		if res.GetKind() == "KafkaTopic" {
+		// Strimzi's kinds are not in the client-go scheme: each is decoded
+		// strictly into its struct.
+		var custom any
+		switch res.GetKind() {
+		case "KafkaTopic":
+			r.topics = append(r.topics, kafkaTopic{})
+			custom = &r.topics[len(r.topics)-1]
+		case "Kafka":
+			r.kafkas = append(r.kafkas, strimziKafka{})
+			custom = &r.kafkas[len(r.kafkas)-1]
+		case "KafkaNodePool":
+			r.nodePools = append(r.nodePools, kafkaNodePool{})
+			custom = &r.nodePools[len(r.nodePools)-1]
+		}
+		if custom != nil {
 			j, err := res.MarshalJSON()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var kt kafkaTopic
 			dec := json.NewDecoder(bytes.NewReader(j))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&kt); err != nil {
-				t.Errorf("KafkaTopic %s: %v", res.GetName(), err)
+			if err := dec.Decode(custom); err != nil {
+				t.Errorf("%s %s: %v", res.GetKind(), res.GetName(), err)
 			}
-			r.topics = append(r.topics, kt)
 			continue
 		}
 		var obj runtime.Object
@@ -472,6 +540,93 @@ func TestKustomizeTopics(t *testing.T) {
 	slices.Sort(want)
 	if diff := cmpDiff(want, got); diff != "" {
 		t.Errorf("KafkaTopics differ from pkg/events (-want +got):\n%s", diff)
+	}
+}
+
+// TestKustomizeKafka: deploy/k8s/kafka is the cluster the base expects. Its
+// name is the KafkaTopics' strimzi.io/cluster label, its plain listener is
+// the ConfigMap's KAFKA_BROKERS, it has enough brokers for the topics'
+// replicas with one down (min.insync.replicas), a controller quorum, and the
+// Topic Operator that creates the topics. The base itself holds no Kafka, so
+// it applies to a namespace whose cluster exists already.
+func TestKustomizeKafka(t *testing.T) {
+	t.Parallel()
+	base := renderBase(t)
+	if len(base.kafkas) != 0 || len(base.nodePools) != 0 {
+		t.Errorf("the base holds %d Kafka and %d KafkaNodePool objects; the cluster belongs in deploy/k8s/kafka", len(base.kafkas), len(base.nodePools))
+	}
+	r := render(t, "deploy/k8s/kafka")
+	if len(r.kafkas) != 1 {
+		t.Fatalf("deploy/k8s/kafka holds %d Kafka objects, want 1", len(r.kafkas))
+	}
+	k := r.kafkas[0]
+	if k.APIVersion != "kafka.strimzi.io/v1" {
+		t.Errorf("Kafka apiVersion %s, want kafka.strimzi.io/v1", k.APIVersion)
+	}
+	for _, kt := range base.topics {
+		if got := kt.Metadata.Labels["strimzi.io/cluster"]; got != k.Metadata.Name {
+			t.Errorf("KafkaTopic %s belongs to cluster %q, but deploy/k8s/kafka's Kafka is %q", kt.Metadata.Name, got, k.Metadata.Name)
+		}
+	}
+
+	// Strimzi's bootstrap Service is <cluster>-kafka-bootstrap, one port per
+	// listener.
+	var bootstrap []string
+	for _, l := range k.Spec.Kafka.Listeners {
+		if l.Type == "internal" && !l.TLS {
+			bootstrap = append(bootstrap, k.Metadata.Name+"-kafka-bootstrap:"+strconv.Itoa(l.Port))
+		}
+	}
+	brokersVar := ""
+	for _, cm := range base.configMaps {
+		if v, ok := cm.Data["KAFKA_BROKERS"]; ok {
+			brokersVar = v
+		}
+	}
+	if !slices.Contains(bootstrap, brokersVar) {
+		t.Errorf("the base's KAFKA_BROKERS is %q; the cluster's plaintext bootstrap addresses are %v", brokersVar, bootstrap)
+	}
+
+	brokers, controllers := 0, 0
+	for _, p := range r.nodePools {
+		if p.APIVersion != "kafka.strimzi.io/v1" || p.Metadata.Labels["strimzi.io/cluster"] != k.Metadata.Name {
+			t.Errorf("KafkaNodePool %s: apiVersion %s, labels %v; want kafka.strimzi.io/v1 and strimzi.io/cluster %s",
+				p.Metadata.Name, p.APIVersion, p.Metadata.Labels, k.Metadata.Name)
+		}
+		if slices.Contains(p.Spec.Roles, "broker") {
+			brokers += p.Spec.Replicas
+		}
+		if slices.Contains(p.Spec.Roles, "controller") {
+			controllers += p.Spec.Replicas
+		}
+		for _, v := range p.Spec.Storage.Volumes {
+			if v.Type != "persistent-claim" || v.DeleteClaim {
+				t.Errorf("KafkaNodePool %s volume %d: type %s, deleteClaim %v; want a persistent claim kept when the pool goes", p.Metadata.Name, v.ID, v.Type, v.DeleteClaim)
+			}
+		}
+	}
+	// An odd quorum of at least three survives one controller down.
+	if controllers < 3 || controllers%2 == 0 {
+		t.Errorf("%d controllers; want an odd number, at least 3", controllers)
+	}
+	for _, kt := range base.topics {
+		if kt.Spec.Replicas > brokers || kt.Spec.Config.MinInsyncReplicas >= kt.Spec.Replicas {
+			t.Errorf("KafkaTopic %s: %d replicas, min.insync.replicas %d on %d brokers: acks=all writes stop when one broker is down",
+				kt.Metadata.Name, kt.Spec.Replicas, kt.Spec.Config.MinInsyncReplicas, brokers)
+		}
+	}
+
+	cfg := k.Spec.Kafka.Config
+	if cfg["auto.create.topics.enable"] != false {
+		t.Errorf("auto.create.topics.enable is %v; topics are infrastructure (the KafkaTopics), never created on demand", cfg["auto.create.topics.enable"])
+	}
+	for _, key := range []string{"offsets.topic.replication.factor", "transaction.state.log.replication.factor", "share.coordinator.state.topic.replication.factor", "default.replication.factor"} {
+		if rf, ok := cfg[key].(float64); !ok || int(rf) > brokers || int(rf) < 3 {
+			t.Errorf("%s is %v; want 3 to %d (the brokers)", key, cfg[key], brokers)
+		}
+	}
+	if k.Spec.EntityOperator.TopicOperator == nil {
+		t.Error("the Kafka runs no Topic Operator: nothing would create the base's KafkaTopics")
 	}
 }
 
