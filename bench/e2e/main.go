@@ -4,12 +4,22 @@
 // add a new like; the k-th answered view (like) of a product is visible once
 // the product's view_count (like_count) reaches k.
 //
+// The broker is the one the KAFKA variable chooses: Apache Kafka's own broker
+// (KAFKA=real, the default; a JVM process on loopback) or kfake
+// (KAFKA=embedded), which then runs in a devkafka process. Either way it is a
+// process of its own, so that its CPU is counted apart from the pipeline's
+// and this load generator's. The first line of the output names it.
+//
 // Beside the end to end it prints, from the services' own histograms over
 // the same window, how the time split into the stages of an event's path
-// (package internal/stages), and the CPU seconds every process of the
-// pipeline spent per 1,000 events (from /proc: the three services, the
-// broker, which runs as the devkafka process for that, and the PostgreSQL
-// backends serving the benchmark's database).
+// (package internal/stages), and the CPU seconds every process spent per
+// 1,000 events (from /proc): the pipeline (the three services and the
+// PostgreSQL backends serving the benchmark's database) and, apart, the
+// broker.
+//
+// Before measuring, -warmup of the same load goes to a product of its own,
+// unmeasured, so that the windows see warm processes (above all the
+// broker's JVM, which compiles its hot paths under load).
 //
 // Two modes run on the same stack: mixed (requests spread over -products
 // products) and hot (every request on one product, a flash sale). The hot
@@ -17,6 +27,9 @@
 // the outbox and clocks the relay and the consumers alone, since the API's
 // per-product row lock, not the consumers, bounds what the API can take for
 // one product on a small machine.
+//
+//	eval "$(scripts/testenv.sh)" && go run ./bench/e2e
+//	eval "$(scripts/testenv.sh)" && KAFKA=embedded go run ./bench/e2e -duration 5s -hot-duration 3s -burst 5000
 package main
 
 import (
@@ -40,6 +53,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/devkafka"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -54,6 +69,7 @@ type options struct {
 	hotDuration time.Duration
 	burst       int
 	modes       string
+	warmup      time.Duration
 }
 
 func main() {
@@ -66,6 +82,7 @@ func main() {
 	flag.DurationVar(&o.hotDuration, "hot-duration", 20*time.Second, "how long to send requests to the hot product")
 	flag.IntVar(&o.burst, "burst", 50_000, "events of the hot product written straight into the outbox (0 skips)")
 	flag.StringVar(&o.modes, "modes", "mixed,hot", "modes to run: mixed, hot")
+	flag.DurationVar(&o.warmup, "warmup", 20*time.Second, "how long to send requests, at -rate, to a product of its own before measuring (0 skips)")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/e2e:", err)
@@ -91,12 +108,20 @@ func (a *answered) add(p, kind int, t time.Time) {
 }
 
 func run(ctx context.Context, o options) error {
+	kind, err := devkafka.Kind(devkafka.Real)
+	if err != nil {
+		return err
+	}
 	root, err := stack.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	fmt.Println("building the services...")
-	bins, err := stack.Build(ctx, root, append(slices.Clone(stack.Services), "./cmd/devkafka")...)
+	fmt.Fprintln(os.Stderr, "building the services...")
+	pkgs := slices.Clone(stack.Services)
+	if kind == devkafka.Embedded {
+		pkgs = append(pkgs, "./cmd/devkafka")
+	}
+	bins, err := stack.Build(ctx, root, pkgs...)
 	if err != nil {
 		return err
 	}
@@ -119,21 +144,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer os.RemoveAll(logs)
-	// The broker runs in a process of its own, so that its CPU is counted
-	// apart from this load generator's.
-	brokers, err := stack.FreeAddr()
+	kb, err := startBroker(ctx, kind, bins, logs)
 	if err != nil {
 		return err
 	}
-	_, port, _ := net.SplitHostPort(brokers)
-	kafka, err := bins.StartArgs("devkafka", []string{"-port", port}, nil, filepath.Join(logs, "devkafka.log"))
-	if err != nil {
-		return err
-	}
-	defer kafka.Stop(10 * time.Second)
-	if err := waitTCP(ctx, brokers, 30*time.Second); err != nil {
-		return fmt.Errorf("%w\n%s", err, kafka.Log(2000))
-	}
+	defer kb.stop()
+	fmt.Printf("broker: %s; KAFKA=%s, %s, up in %s\n", kb.version, kind, kb.brokers, kb.started.Round(100*time.Millisecond))
+	brokers := kb.brokers
 
 	addr := func() string { a, _ := stack.FreeAddr(); return a }
 	apiAddr, relayAdmin, consumersAdmin := addr(), addr(), addr()
@@ -145,14 +162,14 @@ func run(ctx context.Context, o options) error {
 		{"outbox-relay", "http://" + relayAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "ADMIN_ADDR": relayAdmin}},
 		{"product-consumers", "http://" + consumersAdmin + "/readyz", map[string]string{"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers, "REDIS_URL": redisURL, "ADMIN_ADDR": consumersAdmin}},
 	}
-	pipeline := []*stack.Proc{}
+	var pipeline []proc
 	for _, pr := range procs {
 		p, err := bins.Start(pr.bin, pr.env, filepath.Join(logs, pr.bin+".log"))
 		if err != nil {
 			return err
 		}
 		defer p.Stop(20 * time.Second)
-		pipeline = append(pipeline, p)
+		pipeline = append(pipeline, proc{name: p.Name, pid: p.Pid()})
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err = stack.WaitHTTP(wctx, pr.ready)
 		cancel()
@@ -180,14 +197,27 @@ func run(ctx context.Context, o options) error {
 	if err := warmUp(ctx, client, api, conn, products[0]); err != nil {
 		return err
 	}
+	if o.warmup > 0 {
+		fmt.Printf("warm-up: %d requests/s for %s on a product of its own, not measured\n", o.rate, o.warmup)
+		if err := warmPipeline(ctx, client, api, conn, o.rate, o.warmup); err != nil {
+			return err
+		}
+	}
 	pr := &probe{
-		procs:   append(pipeline, kafka),
+		procs:   pipeline,
+		broker:  proc{name: kb.name, pid: kb.pid},
 		metrics: []string{"http://" + relayAdmin + "/metrics", "http://" + consumersAdmin + "/metrics"},
 		conn:    conn,
 	}
 
 	var errs []error
+	seen := map[string]bool{}
 	for _, mode := range strings.Split(o.modes, ",") {
+		if seen[mode] {
+			// A window counts what became visible per product from zero.
+			return fmt.Errorf("mode %q twice: its second window would count the first's changes", mode)
+		}
+		seen[mode] = true
 		switch mode {
 		case "mixed":
 			errs = append(errs, load(ctx, client, api, pr, products, o.rate, o.duration, o.poll, "mixed load", "≤ 8ms", "≤ 25ms"))
@@ -280,15 +310,11 @@ func load(ctx context.Context, client *http.Client, api string, pr *probe, produ
 	fmt.Printf("| latency p99 | %s | %s |\n", q(0.99).Round(100*time.Microsecond), p99Target)
 	fmt.Printf("| latency max | %s | |\n", latencies[len(latencies)-1].Round(100*time.Microsecond))
 	fmt.Printf("(visibility polled every %s, which bounds the resolution)\n", o.poll)
-	names := make([]string, len(pr.procs))
-	for i, p := range pr.procs {
-		names[i] = p.Name
-	}
 	var sum time.Duration
 	for _, l := range latencies {
 		sum += l
 	}
-	report(names, before, after, answeredN, q, sum/time.Duration(len(latencies)))
+	pr.report(before, after, answeredN, q, sum/time.Duration(len(latencies)))
 	if failed.Load() > 0 {
 		return errors.New("some requests failed")
 	}
@@ -364,7 +390,7 @@ func warmUp(ctx context.Context, client *http.Client, api string, conn *pgx.Conn
 		var n int64
 		err := conn.QueryRow(ctx, `SELECT view_count FROM product_metrics WHERE product_id = $1`, product).Scan(&n)
 		if err == nil && n == 1 {
-			_, err = conn.Exec(ctx, `UPDATE product_metrics SET view_count = 0 WHERE product_id = $1`, product)
+			_, err = conn.Exec(ctx, `UPDATE product_views SET view_count = 0 WHERE product_id = $1`, product)
 			return err
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -372,16 +398,128 @@ func warmUp(ctx context.Context, client *http.Client, api string, conn *pgx.Conn
 	return errors.New("the warm-up view never became visible")
 }
 
-// waitTCP waits until addr accepts connections.
-func waitTCP(ctx context.Context, addr string, limit time.Duration) error {
+// warmPipeline sends rate requests/s for d (views and new likes, as the
+// measured windows do) to a product of its own, and waits until
+// product_metrics shows every answered one. A JVM compiles its hot paths
+// during the first tens of seconds under load: a window measured on a cold
+// broker would count the compiler's CPU and its slower answers as the
+// broker's (on this machine the broker's CPU per record halved, then halved
+// again, over its first three 5-second windows at 500 records/s).
+func warmPipeline(ctx context.Context, client *http.Client, api string, conn *pgx.Conn, rate int, d time.Duration) error {
+	var p struct{ ID int64 }
+	if err := call(client, "POST", api+"/products", "", `{"name":"warm-up","price":1000,"stock":1000000}`, &p); err != nil {
+		return err
+	}
+	pid := strconv.FormatInt(p.ID, 10)
+	var views, likes, n atomic.Int64
+	sem := make(chan struct{}, 512)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	for began := time.Now(); time.Since(began) < d; {
+		<-tick.C
+		sem <- struct{}{}
+		i := n.Add(1)
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if i%2 == 0 {
+				if call(client, "GET", api+"/products/"+pid, "", "", nil) == nil {
+					views.Add(1)
+				}
+			} else if call(client, "POST", api+"/products/"+pid+"/likes", "warm-"+strconv.FormatInt(i, 10), "", nil) == nil {
+				likes.Add(1)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var v, l int64
+		err := conn.QueryRow(ctx, `SELECT view_count, like_count FROM product_metrics WHERE product_id = $1`, p.ID).Scan(&v, &l)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if v == views.Load() && l == likes.Load() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("warm-up: %d/%d views and %d/%d likes visible after a minute", v, views.Load(), l, likes.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// broker is the run's Kafka broker, a process of its own.
+type broker struct {
+	version string        // the broker and its release
+	name    string        // its row in the CPU table
+	brokers string        // KAFKA_BROKERS
+	pid     int           // the process whose CPU is the broker's
+	started time.Duration // until it answered, the pipeline's topics created
+	stop    func()
+}
+
+// startBroker starts the broker kind names with every topic the pipeline
+// uses (3 partitions each): Apache Kafka, whose JVM is a process of its own
+// already, or kfake in a devkafka process, since in this one its CPU would
+// mix with the load generator's.
+func startBroker(ctx context.Context, kind string, bins *stack.Binaries, logs string) (*broker, error) {
+	if kind == devkafka.Real {
+		// The JVM's default compilers: throughput is what is measured.
+		b, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Topics: kafka.Settings{}.PipelineTopics(3, 1)})
+		if err != nil {
+			return nil, fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
+		}
+		pid := b.Cluster.Node(1).Pid()
+		return &broker{
+			version: b.Version, name: fmt.Sprintf("broker: %s (its JVM, pid %d)", b.Version, pid),
+			brokers: strings.Join(b.Brokers, ","), pid: pid, started: b.Started,
+			stop: func() {
+				if err := b.Close(); err != nil {
+					fmt.Fprintln(os.Stderr, "bench/e2e: stop the broker:", err)
+				}
+			},
+		}, nil
+	}
+	addr, err := stack.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	began := time.Now()
+	p, err := bins.StartArgs("devkafka", []string{"-kafka", kind, "-port", port}, nil, filepath.Join(logs, "devkafka.log"))
+	if err != nil {
+		return nil, err
+	}
+	version, err := waitReady(ctx, p, 30*time.Second)
+	if err != nil {
+		p.Stop(10 * time.Second)
+		return nil, err
+	}
+	return &broker{
+		version: version, name: fmt.Sprintf("broker: %s (the devkafka process, pid %d)", version, p.Pid()),
+		brokers: addr, pid: p.Pid(), started: time.Since(began),
+		stop: func() { p.Stop(10 * time.Second) },
+	}, nil
+}
+
+// waitReady waits for devkafka's log line saying its broker is ready (its
+// topics created), and returns the broker it names.
+func waitReady(ctx context.Context, p *stack.Proc, limit time.Duration) (string, error) {
 	deadline := time.Now().Add(limit)
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return c.Close()
+		b, err := os.ReadFile(p.LogPath)
+		if err != nil {
+			return "", err
+		}
+		for line := range strings.Lines(string(b)) {
+			var l struct{ Msg, Broker string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "Kafka broker ready" {
+				return l.Broker, nil
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("the broker at %s never listened: %w", addr, err)
+			return "", fmt.Errorf("devkafka not ready after %s\n%s", limit, p.Log(2000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,19 +17,25 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
 // probe reads what the pipeline's processes spent and timed: the CPU time
 // of each process (and of the PostgreSQL backends serving the benchmark's
-// database) from /proc, and the stage histograms from the services'
-// /metrics. Two readings, before and after a measured window, give what the
-// window cost and how its events' time split into stages.
+// database) and of the broker from /proc, and the stage histograms from the
+// services' /metrics. Two readings, before and after a measured window, give
+// what the window cost and how its events' time split into stages.
 type probe struct {
-	procs   []*stack.Proc
+	procs   []proc   // the pipeline's services
+	broker  proc     // counted apart from the pipeline
 	metrics []string // /metrics URLs of the processes that time stages
 	conn    *pgx.Conn
+}
+
+// proc is a process whose CPU is counted, under name.
+type proc struct {
+	name string
+	pid  int
 }
 
 // reading is one probe of the pipeline.
@@ -66,12 +73,12 @@ func cpuSeconds(pid int) (float64, error) {
 // read takes a reading. It must not run while another goroutine uses conn.
 func (p *probe) read(ctx context.Context) (reading, error) {
 	r := reading{cpu: map[string]float64{}, backends: map[int]float64{}, stages: map[string]stages.Window{}}
-	for _, pr := range p.procs {
-		s, err := cpuSeconds(pr.Pid())
+	for _, pr := range append(slices.Clone(p.procs), p.broker) {
+		s, err := cpuSeconds(pr.pid)
 		if err != nil {
-			return r, fmt.Errorf("cpu of %s: %w", pr.Name, err)
+			return r, fmt.Errorf("cpu of %s: %w", pr.name, err)
 		}
-		r.cpu[pr.Name] = s
+		r.cpu[pr.name] = s
 	}
 	// The backends of the benchmark's own connection (this one) are not the
 	// pipeline. A server on another machine has no /proc here: then there
@@ -128,8 +135,9 @@ func scrapeStages(ctx context.Context, url string) (map[string]stages.Window, er
 }
 
 // report prints how the window's events split into stages, next to the end
-// to end, and what the window cost in CPU per 1,000 events.
-func report(names []string, before, after reading, events int64, e2e func(q float64) time.Duration, e2eMean time.Duration) {
+// to end, and what the window cost in CPU per 1,000 events: the pipeline's
+// processes, then the broker apart.
+func (p *probe) report(before, after reading, events int64, e2e func(q float64) time.Duration, e2eMean time.Duration) {
 	fmt.Println()
 	fmt.Println("| stage (timed by) | p50 | p99 | mean | events |")
 	fmt.Println("|---|---|---|---|---|")
@@ -156,8 +164,8 @@ func report(names []string, before, after reading, events int64, e2e func(q floa
 		total += s
 		fmt.Printf("| %s | %.2f | %.3f |\n", name, s, s/float64(events)*1000)
 	}
-	for _, name := range names {
-		row(name, after.cpu[name]-before.cpu[name])
+	for _, pr := range p.procs {
+		row(pr.name, after.cpu[pr.name]-before.cpu[pr.name])
 	}
 	var pg float64
 	n := 0
@@ -172,8 +180,11 @@ func report(names []string, before, after reading, events int64, e2e func(q floa
 	} else {
 		row(fmt.Sprintf("PostgreSQL backends (%d)", n), pg)
 	}
-	fmt.Printf("| **all** | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
-	fmt.Println("(utime + stime from /proc; the broker is kfake, in the devkafka process; Redis and PostgreSQL's background processes are shared and left out)")
+	fmt.Printf("| **pipeline** (services + PostgreSQL) | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
+	row(p.broker.name, after.cpu[p.broker.name]-before.cpu[p.broker.name])
+	fmt.Printf("| **all** (pipeline + broker) | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
+	fmt.Println("(utime + stime from /proc; the broker is a process of its own, counted apart from the pipeline;")
+	fmt.Println(" Redis and PostgreSQL's background processes are shared and left out)")
 }
 
 func ms(s float64) string {

@@ -61,8 +61,12 @@ func (b *bench) hotKeys(out io.Writer) error {
 				return err
 			}
 			if sample {
-				memLine = fmt.Sprintf("memory: %d-record backlog of one key, batch handler: peak Go heap %.1f MB (%.1f MB before, the broker's copy of the backlogs included); target <= 150 MB: %s\n",
-					b.o.hotRecords, mb(peak), mb(before), verdict(peak <= 150<<20, "peak heap"))
+				brokerCopy := ""
+				if b.o.inProcess {
+					brokerCopy = ", the broker's copy of the backlogs included"
+				}
+				memLine = fmt.Sprintf("memory: %d-record backlog of one key, batch handler: peak Go heap %.1f MB (%.1f MB before%s); target <= 150 MB: %s\n",
+					b.o.hotRecords, mb(peak), mb(before), brokerCopy, verdict(peak <= 150<<20, "peak heap"))
 			}
 			sr, err := b.batch(sc.topic, min(sc.baselineN, b.o.hotRecords), 1)
 			if err != nil {

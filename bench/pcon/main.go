@@ -1,10 +1,13 @@
 // Command pcon benchmarks pkg/pcon against a plain sarama consumer group
-// that processes each partition sequentially, on an in-process kfake
-// cluster (or -brokers). It prints one table with the baseline and the
-// ratio measured in the same run.
+// that processes each partition sequentially, both on one broker in the same
+// run: Apache Kafka's own broker (KAFKA=real, the default; a JVM process on
+// loopback), kfake in this process (KAFKA=embedded), or the brokers given
+// with -brokers. It prints the broker first, then one table with the
+// baseline and the ratio.
 //
 //	go run ./bench/pcon                 # full run
 //	go run ./bench/pcon -records 20000 -slow-records 2000 -memory-records 0 -rounds 1   # quick
+//	KAFKA=embedded go run ./bench/pcon  # on kfake
 //
 // The machine is shared and noisy, so each scenario runs both sides
 // -rounds times, alternating, and reports the best of each. Rates are
@@ -22,18 +25,24 @@ import (
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/loopers/commerce-pipeline/internal/devkafka"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 type options struct {
-	brokers       []string
+	brokers []string
+	// inProcess is set when the broker runs in this process (kfake): its
+	// copy of the records is then part of the Go heap the memory scenarios
+	// sample.
+	inProcess     bool
 	records       int // per pcon scenario
 	slowRecords   int // per sequential-baseline scenario with a sleeping handler
 	memoryRecords int
@@ -59,7 +68,7 @@ func main() {
 func run(out io.Writer, args []string) error {
 	fs := flag.NewFlagSet("pcon-bench", flag.ContinueOnError)
 	var o options
-	brokers := fs.String("brokers", "", "comma-separated brokers; empty starts an in-process kfake cluster")
+	brokers := fs.String("brokers", "", "comma-separated brokers; empty starts the broker the KAFKA variable chooses: real (Apache Kafka, the default) or embedded (kfake, in this process)")
 	fs.IntVar(&o.records, "records", 1_000_000, "records per pcon scenario and per no-op baseline")
 	fs.IntVar(&o.slowRecords, "slow-records", 6_000, "records for the sequential baselines with a sleeping handler")
 	fs.IntVar(&o.memoryRecords, "memory-records", 1_000_000, "backlog for the memory scenario (0 skips it)")
@@ -104,18 +113,27 @@ func run(out io.Writer, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	if *brokers == "" {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "bench"),
-			kfake.GroupMinSessionTimeout(100*time.Millisecond))
+		kind, err := devkafka.Kind(devkafka.Real)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		o.brokers = c.ListenAddrs()
+		// The JVM's default compilers: throughput is what is measured.
+		k, err := devkafka.Start(context.Background(), devkafka.Options{Kind: kind})
+		if err != nil {
+			return fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
+		}
+		defer k.Close()
+		o.brokers, o.inProcess = k.Brokers, k.Fake != nil
+		fmt.Fprintf(out, "broker: %s; KAFKA=%s, %s, up in %s\n", k.Version, kind, strings.Join(k.Brokers, ","), k.Started.Round(100*time.Millisecond))
 	} else {
 		o.brokers = splitComma(*brokers)
+		fmt.Fprintf(out, "broker: %s (given with -brokers)\n", strings.Join(o.brokers, ","))
 	}
 	b := &bench{o: o}
 	need := max(o.records, o.slowRecords)
+	if err := b.createTopic("bench"); err != nil {
+		return err
+	}
 	if err := b.produce("bench", need); err != nil {
 		return err
 	}
@@ -176,11 +194,14 @@ func (b *bench) produce(topic string, n int) error {
 }
 
 func (b *bench) saramaConfig() *sarama.Config {
-	sc := sarama.NewConfig()
-	sc.Version = sarama.V2_8_0_0
+	sc := kafka.Settings{}.Config("pcon-bench")
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	sc.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
-	sc.Consumer.Group.Session.Timeout = 3 * time.Second
+	// Each run is alone in a group of its own, joins once and leaves: the
+	// session and heartbeat stay at sarama's defaults (a real broker refuses
+	// sessions under its group.min.session.timeout.ms, 6 s). The broker may
+	// hold a JoinGroup answer up to the rebalance timeout, so reads wait
+	// longer than that.
+	sc.Net.ReadTimeout = sc.Consumer.Group.Rebalance.Timeout + 15*time.Second
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
 	// sarama decodes a whole fetch response at once; with compressed
 	// batches of small records 1 MiB per partition is ~100k live messages.
@@ -325,8 +346,12 @@ func (b *bench) memory(out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\nmemory: %d-record backlog, 5ms handler: %.0f rec/s, peak Go heap %.1f MB (%.1f MB before consuming, which includes the in-process broker's copy of the backlog); target < 150 MB: %s\n",
-		b.o.memoryRecords, rate, mb(peak), mb(before), verdict(peak < 150<<20, "peak heap"))
+	brokerCopy := ""
+	if b.o.inProcess {
+		brokerCopy = ", which includes the in-process broker's copy of the backlog"
+	}
+	fmt.Fprintf(out, "\nmemory: %d-record backlog, 5ms handler: %.0f rec/s, peak Go heap %.1f MB (%.1f MB before consuming%s); target < 150 MB: %s\n",
+		b.o.memoryRecords, rate, mb(peak), mb(before), brokerCopy, verdict(peak < 150<<20, "peak heap"))
 	return nil
 }
 
@@ -342,17 +367,12 @@ func (b *bench) writeHeapProfile() {
 	_ = pprof.Lookup("heap").WriteTo(f, 0)
 }
 
+// createTopic creates topic with 3 partitions unless it exists, and waits
+// until every partition has a leader.
 func (b *bench) createTopic(topic string) error {
-	admin, err := sarama.NewClusterAdmin(b.o.brokers, b.saramaConfig())
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 3, ReplicationFactor: 1}, false)
-	if errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return nil
-	}
-	return err
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return kafka.Settings{Brokers: b.o.brokers}.CreateTopics(ctx, []kafka.TopicSpec{{Name: topic, Partitions: 3, Replication: 1}})
 }
 
 // heapBytes reads the live heap without stopping the world.

@@ -1,5 +1,8 @@
 // Command relay benchmarks the outbox relay binary against a real PostgreSQL
-// and an in-process Kafka-protocol cluster:
+// and one Kafka broker for the whole run: Apache Kafka's own broker
+// (KAFKA=real, the default; a JVM process on loopback) or kfake in this
+// process (KAFKA=embedded). Each run gets topics of its own under a fresh
+// KAFKA_PREFIX on that broker:
 //
 //  1. drain: 100,000 outbox rows committed at once, published by the relay,
 //     against a raw sarama async producer (same settings) sending the same
@@ -9,8 +12,11 @@
 //     Kafka, at 500 rows/s, woken by NOTIFY.
 //
 // It runs the real service binary (built into a temporary directory), so the
-// numbers include everything the deployed relay does. Run it from the module
-// root: eval "$(scripts/testenv.sh)" && go run ./bench/relay
+// numbers include everything the deployed relay does. The first line of the
+// output names the broker. Run it from the module root:
+//
+//	eval "$(scripts/testenv.sh)" && go run ./bench/relay
+//	eval "$(scripts/testenv.sh)" && KAFKA=embedded go run ./bench/relay -rows 20000 -rounds 1 -duration 3s
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -37,9 +44,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/devkafka"
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -74,6 +82,18 @@ func run(o options, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := events.NewRegistry()
+	kind, err := devkafka.Kind(devkafka.Real)
+	if err != nil {
+		return err
+	}
+	// The JVM's default compilers: throughput is what is measured.
+	broker, err := devkafka.Start(ctx, devkafka.Options{Kind: kind})
+	if err != nil {
+		return fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
+	}
+	defer broker.Close()
+	fmt.Fprintf(out, "broker: %s; KAFKA=%s, %s, up in %s\n", broker.Version, kind, strings.Join(broker.Brokers, ","), broker.Started.Round(100*time.Millisecond))
+	topics := &topicSets{brokers: broker.Brokers, reg: reg}
 	tmp, err := os.MkdirTemp("", "bench-relay-")
 	if err != nil {
 		return err
@@ -98,17 +118,17 @@ func run(o options, out io.Writer) error {
 
 	var baseline, baselineMapped, drain time.Duration
 	for range max(1, o.rounds) {
-		b, bm, err := rawProducer(ctx, reg, payloads)
+		b, bm, err := rawProducer(ctx, reg, topics, payloads)
 		if err != nil {
 			return fmt.Errorf("baseline: %w", err)
 		}
-		d, err := drainRun(ctx, reg, bin, tmp, o, payloads)
+		d, err := drainRun(ctx, reg, topics, bin, tmp, o, payloads)
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
 		baseline, baselineMapped, drain = fastest(baseline, b), fastest(baselineMapped, bm), fastest(drain, d)
 	}
-	lat, err := latencyRun(ctx, reg, bin, tmp, o)
+	lat, err := latencyRun(ctx, reg, topics, bin, tmp, o)
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
@@ -184,24 +204,49 @@ func makePayloads(reg *events.Registry, n int) ([]payload, error) {
 	return out, nil
 }
 
-func newCluster(reg *events.Registry) (*kfake.Cluster, error) {
-	return kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, reg.Topics()...))
+// topicSets hands each run of the benchmark the event topics of its own,
+// under a fresh prefix on the one broker: a run finds its topics empty, and
+// counts only what it wrote.
+type topicSets struct {
+	brokers []string
+	reg     *events.Registry
+	n       int
 }
 
-// producerConfig is the relay's producer configuration (acks=all,
-// idempotent, one request in flight, 3 retries), for the baseline.
-func producerConfig() *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V3_6_0_0
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
+// next creates the event topics (3 partitions) under a new prefix and
+// returns their settings, and drop, which deletes them.
+func (t *topicSets) next(ctx context.Context, what string) (k kafka.Settings, drop func(), err error) {
+	t.n++
+	k = kafka.Settings{Brokers: t.brokers, Prefix: fmt.Sprintf("bench-%s-%d.", what, t.n)}
+	specs := make([]kafka.TopicSpec, 0, len(t.reg.Topics()))
+	for _, name := range k.Topics(t.reg.Topics()) {
+		specs = append(specs, kafka.TopicSpec{Name: name, Partitions: 3, Replication: 1})
+	}
+	drop = func() {
+		if err := k.DeleteTopics(k.Topics(t.reg.Topics())...); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/relay:", err)
+		}
+	}
+	if err := k.CreateTopics(ctx, specs); err != nil {
+		drop()
+		return k, nil, err
+	}
+	return k, drop, nil
+}
+
+// producerConfig is the relay's producer configuration (publisher.Config:
+// the pipeline's base client configuration, acks=all, idempotent, one
+// request in flight, 3 retries, the hash partitioner), for the baseline.
+func producerConfig(k kafka.Settings) *sarama.Config {
+	cfg := k.Config("bench-baseline")
 	cfg.Producer.Idempotent = true
 	cfg.Net.MaxOpenRequests = 1
 	cfg.Producer.Retry.Max = 3
 	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
 	cfg.Producer.Timeout = 5 * time.Second
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Return.Errors = true
+	cfg.Producer.Partitioner = sarama.NewHashPartitioner
 	cfg.ChannelBufferSize = 4096
+	cfg.Metadata.AllowAutoTopicCreation = false
 	return cfg
 }
 
@@ -210,20 +255,20 @@ func producerConfig() *sarama.Config {
 // the time from the first send to the last acknowledgement (records mapped
 // beforehand), and the time including the mapping (done on every CPU, as the
 // relay does).
-func rawProducer(ctx context.Context, reg *events.Registry, payloads []payload) (send, withMapping time.Duration, err error) {
-	cluster, err := newCluster(reg)
+func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, payloads []payload) (send, withMapping time.Duration, err error) {
+	k, drop, err := topics.next(ctx, "baseline")
 	if err != nil {
 		return 0, 0, err
 	}
-	defer cluster.Close()
-	producer, err := sarama.NewAsyncProducer(cluster.ListenAddrs(), producerConfig())
+	defer drop()
+	producer, err := sarama.NewAsyncProducer(k.Brokers, producerConfig(k))
 	if err != nil {
 		return 0, 0, err
 	}
 	defer producer.Close()
 
 	mapStart := time.Now()
-	msgs, err := mapAll(ctx, reg, payloads)
+	msgs, err := mapAll(ctx, reg, k, payloads)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -253,7 +298,7 @@ func rawProducer(ctx context.Context, reg *events.Registry, payloads []payload) 
 
 // mapAll maps payloads to CloudEvents records in binary content mode, on
 // every CPU.
-func mapAll(ctx context.Context, reg *events.Registry, payloads []payload) ([]*sarama.ProducerMessage, error) {
+func mapAll(ctx context.Context, reg *events.Registry, k kafka.Settings, payloads []payload) ([]*sarama.ProducerMessage, error) {
 	msgs := make([]*sarama.ProducerMessage, len(payloads))
 	errs := make([]error, runtime.GOMAXPROCS(0))
 	now := time.Now()
@@ -273,7 +318,7 @@ func mapAll(ctx context.Context, reg *events.Registry, payloads []payload) ([]*s
 					errs[w] = err
 					return
 				}
-				pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(p.rec.AggregateID)}
+				pm := &sarama.ProducerMessage{Topic: k.Topic(topic), Key: sarama.StringEncoder(p.rec.AggregateID)}
 				if err := kafka_sarama.WriteProducerMessage(wctx, binding.ToMessage(&ce), pm); err != nil {
 					errs[w] = err
 					return
@@ -346,31 +391,31 @@ func waitFor(ctx context.Context, timeout, step time.Duration, what string, cond
 }
 
 type bed struct {
-	pool    *pgxpool.Pool
-	cluster *kfake.Cluster
-	relay   *relayProcess
-	close   func()
+	pool  *pgxpool.Pool
+	kafka kafka.Settings // the relay's KAFKA_BROKERS and KAFKA_PREFIX
+	relay *relayProcess
+	close func()
 }
 
-// newBed starts a fresh database, a cluster and the relay with env, and
-// waits until the relay leads.
-func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, env map[string]string) (*bed, error) {
+// newBed starts a fresh database, event topics of its own and the relay
+// with env, and waits until the relay leads.
+func newBed(ctx context.Context, topics *topicSets, bin, dir, name string, env map[string]string) (*bed, error) {
 	url, drop, err := testenv.NewDatabase(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := newCluster(reg)
+	k, dropTopics, err := topics.next(ctx, name)
 	if err != nil {
 		_ = drop()
 		return nil, err
 	}
 	db, err := pg.Open(ctx, url, pg.Options{})
 	if err != nil {
-		cluster.Close()
+		dropTopics()
 		_ = drop()
 		return nil, err
 	}
-	b := &bed{pool: db.Pool, cluster: cluster}
+	b := &bed{pool: db.Pool, kafka: k}
 	b.close = func() {
 		if b.relay != nil {
 			if err := b.relay.stop(); err != nil {
@@ -378,11 +423,12 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 			}
 		}
 		db.Close()
-		cluster.Close()
+		dropTopics()
 		_ = drop()
 	}
 	env["DATABASE_URL"] = url
-	env["KAFKA_BROKERS"] = cluster.ListenAddrs()[0]
+	env["KAFKA_BROKERS"] = strings.Join(k.Brokers, ",")
+	env["KAFKA_PREFIX"] = k.Prefix
 	if b.relay, err = startRelay(ctx, bin, dir, name, env); err != nil {
 		b.close()
 		return nil, err
@@ -398,8 +444,8 @@ func newBed(ctx context.Context, reg *events.Registry, bin, dir, name string, en
 	return b, nil
 }
 
-func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o options, payloads []payload) (time.Duration, error) {
-	b, err := newBed(ctx, reg, bin, dir, "drain", map[string]string{"OUTBOX_RELAY_BATCH_SIZE": strconv.Itoa(o.drainBatch)})
+func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin, dir string, o options, payloads []payload) (time.Duration, error) {
+	b, err := newBed(ctx, topics, bin, dir, "drain", map[string]string{"OUTBOX_RELAY_BATCH_SIZE": strconv.Itoa(o.drainBatch)})
 	if err != nil {
 		return 0, err
 	}
@@ -432,15 +478,15 @@ func drainRun(ctx context.Context, reg *events.Registry, bin, dir string, o opti
 	if err != nil {
 		return 0, err
 	}
-	if n, err := countRecords(ctx, b.cluster, reg); err != nil || n < int64(len(payloads)) {
+	if n, err := countRecords(ctx, b.kafka, reg); err != nil || n < int64(len(payloads)) {
 		return 0, fmt.Errorf("kafka holds %d records, want %d (%v)", n, len(payloads), err)
 	}
 	return elapsed, nil
 }
 
 // countRecords reads every record of the event topics once.
-func countRecords(ctx context.Context, cluster *kfake.Cluster, reg *events.Registry) (int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics(reg.Topics()...),
+func countRecords(ctx context.Context, k kafka.Settings, reg *events.Registry) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(k.Topics(reg.Topics())...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return 0, err
@@ -468,13 +514,13 @@ type latency struct {
 	p50, p99, max time.Duration
 }
 
-func latencyRun(ctx context.Context, reg *events.Registry, bin, dir string, o options) (latency, error) {
-	b, err := newBed(ctx, reg, bin, dir, "latency", map[string]string{})
+func latencyRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin, dir string, o options) (latency, error) {
+	b, err := newBed(ctx, topics, bin, dir, "latency", map[string]string{})
 	if err != nil {
 		return latency{}, err
 	}
 	defer b.close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cluster.ListenAddrs()...), kgo.ConsumeTopics(reg.Topics()...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.kafka.Brokers...), kgo.ConsumeTopics(b.kafka.Topics(reg.Topics())...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
 		return latency{}, err
