@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
@@ -125,4 +126,32 @@ func TestWaitReady(t *testing.T) {
 			t.Error("the database answered at once; the test did not exercise a retry")
 		}
 	})
+}
+
+// TestNoTriggerNotifies: no trigger of the schema NOTIFYs. A transaction
+// that NOTIFYs holds PostgreSQL's database-wide notify lock from pre-commit
+// until its commit record is flushed, so the writers of such a table could
+// not group-commit: the relay's wake-up is sent after the writer's commit
+// (pg.Notifier), and the stream polls an index.
+func TestNoTriggerNotifies(t *testing.T) {
+	t.Parallel()
+	conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `
+		SELECT t.tgrelid::regclass::text || '.' || t.tgname
+		FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+		WHERE NOT t.tgisinternal AND p.prosrc ILIKE '%notify%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Errorf("triggers that NOTIFY: %v", names)
+	}
 }

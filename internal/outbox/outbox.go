@@ -1,6 +1,6 @@
 // Package outbox owns the contract of the outbox table for its writers: the
-// columns a writer sets, the INSERT, and the channel the table's trigger
-// notifies on commit. commerce-api, the relay's tests, the end-to-end suite
+// columns a writer sets, the INSERT, and the channel writers notify after
+// committing. commerce-api, the relay's tests, the end-to-end suite
 // and the benchmarks all write through Insert, so a schema change has one
 // place to follow.
 //
@@ -22,8 +22,10 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// Channel is the channel the outbox_notify trigger (migration 00001) notifies
-// when a transaction that inserted outbox rows commits.
+// Channel is the channel the relay LISTENs on: a writer notifies it after
+// a transaction that inserted outbox rows committed, outside that
+// transaction (pg.Notifier; migration 00013 dropped the trigger that
+// notified inside it).
 const Channel = "outbox_events"
 
 // Columns are the columns every writer sets, in the order of Entry.Values;

@@ -24,7 +24,10 @@ var ErrNotFound = errors.New("no such outbox_failed row")
 var ErrStillQueued = errors.New("the event's original outbox row is still queued")
 
 // Store reads and writes the outbox tables.
-type Store struct{ db *pg.DB }
+type Store struct {
+	db   *pg.DB
+	wake *pg.Notifier // the relay's wake-up after a re-drive committed
+}
 
 // Open connects to databaseURL and checks that it answers. An operator's
 // command needs a connection or two.
@@ -33,11 +36,14 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, wake: db.NewNotifier(outbox.Channel)}, nil
 }
 
-// Close closes the pool.
-func (s *Store) Close() { s.db.Close() }
+// Close sends the wake-ups still due and closes the pool.
+func (s *Store) Close() {
+	s.wake.Close()
+	s.db.Close()
+}
 
 // Failed is one outbox_failed row.
 type Failed struct {
@@ -206,6 +212,9 @@ func (s *Store) redriveChunk(ctx context.Context, sel Selection, after int64, si
 	})
 	if err != nil {
 		return nil, err
+	}
+	if !dryRun && len(out) > 0 {
+		s.wake.Notify()
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,3 +311,111 @@ func TestListen(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestNotifierFollowsEveryCall: many goroutines call Notify while sends
+// are slow; the sends are coalesced (far fewer than the calls), and the last
+// send starts after the last call, so that every call, however it raced
+// with a send in flight, is followed by a notification sent after it.
+func TestNotifierFollowsEveryCall(t *testing.T) {
+	t.Parallel()
+	n := open(t, pg.Options{}).NewNotifier("unused")
+	var (
+		clock     atomic.Int64
+		lastSend  atomic.Int64
+		sends     atomic.Int64
+		inFlight  atomic.Int32
+		overlaped atomic.Bool
+	)
+	pg.SetNotifySend(n, func() error {
+		if inFlight.Add(1) > 1 {
+			overlaped.Store(true)
+		}
+		defer inFlight.Add(-1)
+		lastSend.Store(clock.Add(1))
+		sends.Add(1)
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	var lastCall atomic.Int64
+	var wg sync.WaitGroup
+	const goroutines, calls = 16, 100
+	for range goroutines {
+		wg.Go(func() {
+			for range calls {
+				c := clock.Add(1)
+				n.Notify()
+				for {
+					old := lastCall.Load()
+					if c <= old || lastCall.CompareAndSwap(old, c) {
+						break
+					}
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		})
+	}
+	wg.Wait()
+	n.Close() // waits for the send in flight
+	if lastSend.Load() <= lastCall.Load() {
+		t.Errorf("last send at %d, before the last call at %d: that call's commit may never be announced", lastSend.Load(), lastCall.Load())
+	}
+	if overlaped.Load() {
+		t.Error("two sends ran at once")
+	}
+	if s := sends.Load(); s >= goroutines*calls/4 {
+		t.Errorf("%d sends for %d calls: not coalesced", s, goroutines*calls)
+	}
+}
+
+// TestNotifierNotifiesListeners: a Notify reaches a LISTENer on the
+// channel through PostgreSQL, and a notification that cannot be sent (the
+// notifier's connection killed) is counted, and the next one connects
+// afresh.
+func TestNotifierNotifiesListeners(t *testing.T) {
+	t.Parallel()
+	db := open(t, pg.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := make(chan struct{}, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		db.Listen(ctx, slog.New(slog.DiscardHandler), "notifier test", func() { calls <- struct{}{} })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notification for %s", what)
+		}
+	}
+	wait("the connection")
+	n := db.NewNotifier("notifier test")
+	t.Cleanup(n.Close)
+	n.Notify()
+	wait("a Notify")
+	var killed int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'SELECT pg_notify%' AND pid <> pg_backend_pid()`).Scan(&killed); err != nil || killed != 1 {
+		t.Fatalf("kill the notifier's connection: %d killed, %v", killed, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n.Notify()
+		select {
+		case <-calls:
+			if sent, failed := n.Stats(); sent >= 2 {
+				if failed != 1 {
+					t.Errorf("%d failed notifications, want the one on the killed connection", failed)
+				}
+				return
+			}
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			sent, failed := n.Stats()
+			t.Fatalf("after the connection was killed: %d sent, %d failed, no notification", sent, failed)
+		}
+	}
+}
