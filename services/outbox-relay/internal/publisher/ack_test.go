@@ -18,7 +18,7 @@ func TestAckedAt(t *testing.T) {
 	t.Parallel()
 	reg := events.NewRegistry()
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
-	p, err := New(kafka.ListenAddrs(), 5*time.Second, reg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	p, err := New(kafka.Settings, 5*time.Second, reg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -63,6 +64,7 @@ const maxShapes = 1024
 // id and sequence are written.
 type recordWriter struct {
 	reg    *events.Registry
+	prefix string   // KAFKA_PREFIX, before every topic name
 	shapes sync.Map // shapeKey -> *shape
 	n      atomic.Int32
 }
@@ -78,12 +80,12 @@ type shape struct {
 	sdk bool
 	// template holds every header key, and the values that depend only on
 	// the shape; records copy it and fill in their own values. Records
-	// share the keys and the shape's values: sarama only reads them.
-	template [headerCount]sarama.RecordHeader
+	// share the keys and the shape's values: the producer only reads them.
+	template [headerCount]kgo.RecordHeader
 }
 
 // write maps m to a record.
-func (w *recordWriter) write(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
+func (w *recordWriter) write(ctx context.Context, m Message) (*kgo.Record, error) {
 	sh := w.shape(shapeKey{m.Type, m.Source, m.AggregateType})
 	switch {
 	case sh.err != nil:
@@ -105,7 +107,7 @@ func (w *recordWriter) write(ctx context.Context, m Message) (*sarama.ProducerMe
 	n2 := len(buf)
 	buf = strconv.AppendInt(buf, m.Sequence, 10)
 	n3 := len(buf)
-	hs := make([]sarama.RecordHeader, headerCount)
+	hs := make([]kgo.RecordHeader, headerCount)
 	copy(hs, sh.template[:])
 	hs[atID].Value = buf[:n1:n1]
 	aggID := buf[n1:n2:n2]
@@ -117,11 +119,11 @@ func (w *recordWriter) write(ctx context.Context, m Message) (*sarama.ProducerMe
 		buf = m.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
 		hs[atTime].Value = buf[n3:len(buf):len(buf)]
 	}
-	pm := &sarama.ProducerMessage{Topic: sh.topic, Key: sarama.ByteEncoder(aggID), Headers: hs}
+	r := &kgo.Record{Topic: sh.topic, Key: aggID, Headers: hs}
 	if len(m.Data) > 0 { // nor a value for empty data
-		pm.Value = sarama.ByteEncoder(m.Data)
+		r.Value = m.Data
 	}
-	return pm, nil
+	return r, nil
 }
 
 // shape returns the shape of k, working it out on first sight.
@@ -145,11 +147,12 @@ func (w *recordWriter) probe(k shapeKey) *shape {
 	if err != nil {
 		return &shape{err: err}
 	}
+	topic = w.prefix + topic
 	sh := &shape{topic: topic}
 	keys := [headerCount]string{headerID, headerSource, headerSpecVersion, headerType, headerContentType,
 		headerTime, headerAggregateType, headerAggregateID, headerSequence}
 	for i, key := range keys {
-		sh.template[i].Key = []byte(key)
+		sh.template[i].Key = key
 	}
 	// The probe's own values are valid, so an error is the shape's. Its
 	// zero time writes no time header.
@@ -170,7 +173,7 @@ func (w *recordWriter) probe(k shapeKey) *shape {
 	}
 	written := map[string][]byte{}
 	for _, h := range pm.Headers {
-		written[string(h.Key)] = h.Value
+		written[h.Key] = h.Value
 	}
 	sh.sdk = len(written) != len(pm.Headers) || len(written) != headerCount-1
 	for _, at := range []int{atID, atSource, atSpecVersion, atType, atContentType, atAggregateType, atAggregateID, atSequence} {
@@ -182,11 +185,12 @@ func (w *recordWriter) probe(k shapeKey) *shape {
 }
 
 // viaSDK maps m with the SDK's Kafka binding.
-func (w *recordWriter) viaSDK(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
+func (w *recordWriter) viaSDK(ctx context.Context, m Message) (*kgo.Record, error) {
 	topic, err := events.TopicOf(m.Type)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: %w", m.EventID, err)
 	}
+	topic = w.prefix + topic
 	ce, err := w.reg.ToCloudEvent(events.Envelope{
 		ID: m.EventID, Source: m.Source, Time: m.Time, Sequence: m.Sequence,
 		Record: events.Record{Type: m.Type, AggregateType: m.AggregateType, AggregateID: m.AggregateID, Data: m.Data},
@@ -198,12 +202,24 @@ func (w *recordWriter) viaSDK(ctx context.Context, m Message) (*sarama.ProducerM
 }
 
 // binaryRecord writes ce to a record of topic keyed by key, with the SDK's
-// Kafka binding in binary content mode.
-func binaryRecord(ctx context.Context, ce *cloudevents.Event, topic, key string) (*sarama.ProducerMessage, error) {
+// Kafka binding in binary content mode. The binding writes sarama's message
+// type; the record carries the same bytes.
+func binaryRecord(ctx context.Context, ce *cloudevents.Event, topic, key string) (*kgo.Record, error) {
 	pm := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key)}
 	ctx = binding.WithForceBinary(kafka_sarama.WithSkipKeyMapping(ctx))
 	if err := kafka_sarama.WriteProducerMessage(ctx, binding.ToMessage(ce), pm); err != nil {
 		return nil, fmt.Errorf("%w: encode event %s: %w", ErrUnpublishable, ce.ID(), err)
 	}
-	return pm, nil
+	r := &kgo.Record{Topic: topic, Key: []byte(key), Headers: make([]kgo.RecordHeader, len(pm.Headers))}
+	for i, h := range pm.Headers {
+		r.Headers[i] = kgo.RecordHeader{Key: string(h.Key), Value: h.Value}
+	}
+	if pm.Value != nil {
+		v, err := pm.Value.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("%w: encode event %s: %w", ErrUnpublishable, ce.ID(), err)
+		}
+		r.Value = v
+	}
+	return r, nil
 }

@@ -1,18 +1,21 @@
 // Package publisher sends outbox rows to Kafka as CloudEvents in binary
-// content mode, with an idempotent sarama producer, and classifies failures
-// as retriable or permanent.
+// content mode, with an idempotent producer that never lets a later record
+// of a partition pass a failed earlier one, and classifies failures as
+// retriable or permanent.
 package publisher
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"runtime"
 	"sync"
 	"time"
 
-	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -42,9 +45,7 @@ type Message struct {
 // Unpublishable reports whether err can never succeed on retry:
 //   - an event type whose topic cannot be derived;
 //   - MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE / INVALID_RECORD from the
-//     broker, or the producer's own size check (a ConfigurationError: the
-//     producer's configuration is validated when it is built, so one that
-//     comes back for a message is about that message);
+//     broker (the producer's own size check answers MESSAGE_TOO_LARGE too);
 //   - INVALID_TOPIC_EXCEPTION (an illegal topic name).
 //
 // UNKNOWN_TOPIC_OR_PARTITION is deliberately retriable: topics are created by
@@ -53,38 +54,34 @@ type Message struct {
 // reaches max-age and moves to outbox_failed, which is the same end without
 // losing events to a deployment race.
 func Unpublishable(err error) bool {
-	var cfgErr sarama.ConfigurationError
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, ErrUnpublishable), errors.Is(err, events.ErrUnprocessable), errors.As(err, &cfgErr):
+	case errors.Is(err, ErrUnpublishable), errors.Is(err, events.ErrUnprocessable):
 		return true
 	}
-	var kerr sarama.KError
-	if errors.As(err, &kerr) {
-		switch kerr {
-		case sarama.ErrMessageSizeTooLarge, sarama.ErrMessageSetSizeTooLarge, sarama.ErrInvalidRecord, sarama.ErrInvalidTopic:
+	for _, perm := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.InvalidTopicException} {
+		if errors.Is(err, perm) {
 			return true
 		}
 	}
 	return false
 }
 
-// Publisher wraps one idempotent async producer shared by every batch.
+// Publisher wraps one idempotent producer shared by every batch.
+//
+// The producer is franz-go's, not sarama's, for one property the relay's
+// ordered retry needs: when it gives up on a record it fails every record
+// buffered behind it for the same partition, so a later event never lands
+// in Kafka before an earlier one of the same aggregate. sarama's async
+// producer fails the record, starts a new idempotent epoch and delivers the
+// records behind it: after a broker restart the relay would find later
+// events published ahead of the head it retries
+// (TestIdempotentProducerAcrossBrokerRestart).
 type Publisher struct {
-	client      sarama.Client
-	producer    sarama.AsyncProducer
+	client      *kgo.Client
 	records     *recordWriter
 	sendTimeout time.Duration
-	done        sync.WaitGroup
-}
-
-// slot routes a producer result back to the batch and position it belongs
-// to. Results of a batch that already timed out land in its buffered channel
-// and are dropped with it.
-type slot struct {
-	results chan<- result
-	index   int
 }
 
 type result struct {
@@ -93,86 +90,73 @@ type result struct {
 	at    time.Time // when the outcome arrived: a success's acknowledgement
 }
 
-// Config builds the producer configuration: acks=all, idempotent (which
-// sarama allows only with one request in flight per broker, and that also
-// keeps per-partition order across retries), 3 retries, and sendTimeout as
-// the broker's ack timeout.
-func Config(sendTimeout time.Duration) *sarama.Config {
-	cfg := kafka.Config("outbox-relay")
-	cfg.Producer.Idempotent = true
-	cfg.Net.MaxOpenRequests = 1
-	cfg.Producer.Retry.Max = 3
-	cfg.Producer.Retry.Backoff = 50 * time.Millisecond
-	cfg.Producer.Timeout = sendTimeout
-	cfg.Producer.Partitioner = sarama.NewHashPartitioner
-	cfg.ChannelBufferSize = 4096
-	cfg.Metadata.AllowAutoTopicCreation = false
-	return cfg
+// Options returns the producer's client options: the brokers, acks from
+// every in-sync replica, idempotence (franz-go's default: records are
+// retried until they succeed or may be failed without a gap), no linger (a
+// batch goes out as soon as the previous request to its broker is
+// answered), keys placed on partitions exactly as sarama's hash partitioner
+// placed them (FNV-1a), so that events of an aggregate published before and
+// after an upgrade share a partition, and sendTimeout both as the broker's
+// wait for its replicas and as how long a record may wait to be sent.
+func Options(k kafka.Settings, sendTimeout time.Duration) []kgo.Opt {
+	return append(k.ClientOptions("outbox-relay"),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
+		kgo.ProduceRequestTimeout(sendTimeout),
+		kgo.RecordDeliveryTimeout(sendTimeout),
+		kgo.MaxBufferedRecords(100_000),
+	)
 }
 
-// New connects to brokers and starts the producer.
-func New(brokers []string, sendTimeout time.Duration, reg *events.Registry, logger *slog.Logger) (*Publisher, error) {
+func fnv32a(b []byte) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write(b)
+	return h.Sum32()
+}
+
+// New connects to Kafka and starts the producer. Records go to the event
+// topics named under k's prefix.
+func New(k kafka.Settings, sendTimeout time.Duration, reg *events.Registry, logger *slog.Logger) (*Publisher, error) {
 	if reg == nil || logger == nil {
 		return nil, errors.New("publisher: registry and logger are required")
 	}
-	client, err := sarama.NewClient(brokers, Config(sendTimeout))
+	client, err := kgo.NewClient(Options(k, sendTimeout)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to Kafka %v: %w", brokers, err)
+		return nil, fmt.Errorf("connect to Kafka %v: %w", k.Brokers, err)
 	}
-	producer, err := sarama.NewAsyncProducerFromClient(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("start Kafka producer: %w", err)
-	}
-	p := &Publisher{client: client, producer: producer, records: &recordWriter{reg: reg}, sendTimeout: sendTimeout}
-	p.done.Add(2)
-	go func() {
-		defer p.done.Done()
-		for m := range producer.Successes() {
-			s := m.Metadata.(slot)
-			s.results <- result{index: s.index, at: time.Now()}
-		}
-	}()
-	go func() {
-		defer p.done.Done()
-		for e := range producer.Errors() {
-			s := e.Msg.Metadata.(slot)
-			s.results <- result{index: s.index, err: e.Err}
-		}
-	}()
-	return p, nil
+	return &Publisher{client: client, records: &recordWriter{reg: reg, prefix: k.Prefix}, sendTimeout: sendTimeout}, nil
 }
 
-// Close flushes and stops the producer and closes the client.
+// Close waits up to the send timeout for records still in the producer,
+// then closes it; records still unsent are failed.
 func (p *Publisher) Close() error {
-	err := p.producer.Close()
-	p.done.Wait()
-	return errors.Join(err, p.client.Close())
+	ctx, cancel := context.WithTimeout(context.Background(), p.sendTimeout)
+	defer cancel()
+	err := p.client.Flush(ctx)
+	p.client.Close()
+	if err != nil {
+		return fmt.Errorf("flush the producer: %w", err)
+	}
+	return nil
 }
 
 // Ping checks that Kafka answers a metadata request.
 func (p *Publisher) Ping(ctx context.Context) error {
-	errc := make(chan error, 1)
-	go func() { errc <- p.client.RefreshMetadata() }()
-	select {
-	case err := <-errc:
-		if err != nil {
-			return fmt.Errorf("kafka metadata: %w", err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("kafka metadata: %w", ctx.Err())
+	if err := p.client.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka metadata: %w", err)
 	}
+	return nil
 }
 
-// ProducerMessage maps m to a Kafka record: topic derived from the type, key
-// = aggregate id, CloudEvents attributes as ce_* headers, data as the value.
+// Record maps m to a Kafka record: topic derived from the type, key =
+// aggregate id, CloudEvents attributes as ce_* headers, data as the value.
 //
 // Any type whose topic derives by convention is published, known to this
 // build's registry or not: the relay is transport, and a type no consumer
 // understands belongs in that topic's dead-letter topic, where consumers
 // put it, not silently in outbox_failed.
-func (p *Publisher) ProducerMessage(ctx context.Context, m Message) (*sarama.ProducerMessage, error) {
+func (p *Publisher) Record(ctx context.Context, m Message) (*kgo.Record, error) {
 	return p.records.write(ctx, m)
 }
 
@@ -190,20 +174,20 @@ type Pending struct {
 // Prepared is a batch mapped to Kafka records, not yet handed to the
 // producer.
 type Prepared struct {
-	pms  []*sarama.ProducerMessage
+	pms  []*kgo.Record
 	errs []error // mapping errors; the record is nil then
 }
 
 // Prepare maps msgs to records, on every CPU for a large batch; callers
 // prepare the next batch while the previous one is in flight.
 func (p *Publisher) Prepare(ctx context.Context, msgs []Message) Prepared {
-	prep := Prepared{pms: make([]*sarama.ProducerMessage, len(msgs)), errs: make([]error, len(msgs))}
+	prep := Prepared{pms: make([]*kgo.Record, len(msgs)), errs: make([]error, len(msgs))}
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(msgs)/64))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(msgs); i += workers {
-				prep.pms[i], prep.errs[i] = p.ProducerMessage(ctx, msgs[i])
+				prep.pms[i], prep.errs[i] = p.Record(ctx, msgs[i])
 			}
 		})
 	}
@@ -221,11 +205,7 @@ func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
 			pd.arrived[i] = true
 			continue
 		}
-		pm.Metadata = slot{results: pd.results, index: i}
-		select {
-		case p.producer.Input() <- pm:
-			pd.pending++
-		case <-ctx.Done():
+		if ctx.Err() != nil {
 			for j := i; j < n; j++ {
 				if prep.pms[j] != nil {
 					pd.out[j], pd.arrived[j] = ctx.Err(), true
@@ -234,8 +214,19 @@ func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
 			pd.deadline = time.Now()
 			return pd
 		}
+		pd.pending++
+		// The promise runs on the producer's goroutine; the channel has room
+		// for every outcome, so it never blocks it, also when the batch's
+		// waiter gave up.
+		results := pd.results
+		p.client.Produce(ctx, pm, func(_ *kgo.Record, err error) {
+			results <- result{index: i, err: err, at: time.Now()}
+		})
 	}
-	pd.deadline = time.Now().Add(p.sendTimeout)
+	// The producer fails a record it may fail without a gap once the send
+	// timeout passed; one already sent and not yet answered it keeps. The
+	// waiter gives that one a second timeout before it reports it missing.
+	pd.deadline = time.Now().Add(2 * p.sendTimeout)
 	return pd
 }
 
@@ -247,7 +238,10 @@ func (pd *Pending) Wait(ctx context.Context) []error {
 	for pd.pending > 0 {
 		select {
 		case r := <-pd.results:
-			pd.out[r.index], pd.acked[r.index], pd.arrived[r.index] = r.err, r.at, true
+			pd.out[r.index], pd.arrived[r.index] = r.err, true
+			if r.err == nil {
+				pd.acked[r.index] = r.at
+			}
 			pd.pending--
 			continue
 		case <-timer.C:

@@ -11,13 +11,52 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 )
 
-// produceFault fails every produce to topic with err until removed.
+// produceFault fails every produce to topic with err until removed (kfake
+// only: Env.Cluster is set by relaytest.NewFake).
 func produceFault(env *relaytest.Env, topic string, err *kerr.Error, count int) *kfake.FaultHandle {
 	return env.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: err, Count: count})
+}
+
+// notEnoughReplicas starts a two-node cluster whose topics keep two
+// replicas and need both in sync (min.insync.replicas=2), leads a relay on
+// it, and returns the fault: one node shut down, so that every acks=all
+// produce fails with NOT_ENOUGH_REPLICAS (retriable), as when replicas are
+// down; and its cure, the node started again. (On one node the fault cannot
+// be made: with eligible leader replicas, on by default since Kafka 4.1, a
+// topic's effective minimum in-sync replicas is at most its replication
+// factor.)
+func notEnoughReplicas(t *testing.T) (env *relaytest.Env, n *node, fault, heal func()) {
+	t.Helper()
+	c := testenv.KafkaCluster(t, kafkabroker.Options{Nodes: 2, Props: map[string]string{"min.insync.replicas": "2"}})
+	env, n = leaderOn(t, relaytest.NewOn(t, c))
+	fault = func() {
+		if err := c.Node(2).Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heal = func() {
+		if err := c.Node(2).Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env, n, fault, heal
+}
+
+// tooLarge makes topic refuse records larger than 64 bytes, as every event
+// is: MESSAGE_TOO_LARGE, a permanent error. It returns the cure.
+func tooLarge(t *testing.T, env *relaytest.Env, topic string) (heal func()) {
+	t.Helper()
+	name, limit := env.Topic(topic), "64"
+	testenv.SetTopicConfig(t, env.Kafka.Brokers, name, map[string]*string{"max.message.bytes": &limit})
+	return func() {
+		testenv.SetTopicConfig(t, env.Kafka.Brokers, name, map[string]*string{"max.message.bytes": nil})
+	}
 }
 
 func insertCommitted(t *testing.T, env *relaytest.Env, evs ...any) []relaytest.Row {
@@ -91,10 +130,10 @@ func likes(product int64, users ...string) []any {
 
 func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 	t.Parallel()
-	env, n := leader(t)
+	env, n, fault, heal := notEnoughReplicas(t)
 	rows := insertCommitted(t, env, likes(3, "a", "b", "c", "d")...)
 
-	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
+	fault()
 	res := n.pass(t)
 	if diff := cmp.Diff(PassResult{Retried: 1}, res); diff != "" {
 		t.Fatalf("pass while Kafka fails (-want +got):\n%s", diff)
@@ -105,15 +144,13 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 	if !n.logs.logged("INFO", "message marked for retry", rows[0].ID, "nextRetryAt") {
 		t.Errorf("no retry log line; INFO lines: %q", n.logs.messages("INFO"))
 	}
-	hits := fault.Hits()
+	// A pass that sent the head again would fail it again and count a
+	// retry; one before the retry time does nothing.
 	if res := n.pass(t); res != (PassResult{}) {
 		t.Errorf("pass before the retry time: %+v, want nothing done", res)
 	}
-	if fault.Hits() != hits {
-		t.Errorf("a pass before the retry time sent to Kafka")
-	}
 
-	fault.Remove()
+	heal()
 	passUntil(t, n, env, rows[len(rows)-1].ID)
 	recs := env.Records(t, len(rows), 10*time.Second)
 	if diff := cmp.Diff(ids(rows), sequences(recs)); diff != "" {
@@ -121,9 +158,29 @@ func TestRetriableFailureBlocksTheHeadUntilItSucceeds(t *testing.T) {
 	}
 }
 
+// TestFaultedPassSendsNothingBeforeTheRetryTime: the kfake variant of the
+// test above, counting produce requests: a pass before the retry time sends
+// nothing to Kafka at all.
+func TestFaultedPassSendsNothingBeforeTheRetryTime(t *testing.T) {
+	t.Parallel()
+	env, n := leaderOn(t, relaytest.NewFake(t, "counts the produce requests a fault answered, which a real broker does not report"))
+	insertCommitted(t, env, likes(3, "a", "b")...)
+	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
+	if res := n.pass(t); res.Retried != 1 {
+		t.Fatalf("pass while Kafka fails: %+v, want one retry", res)
+	}
+	hits := fault.Hits()
+	if res := n.pass(t); res != (PassResult{}) {
+		t.Errorf("pass before the retry time: %+v, want nothing done", res)
+	}
+	if fault.Hits() != hits {
+		t.Errorf("a pass before the retry time sent to Kafka")
+	}
+}
+
 func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 	t.Parallel()
-	env, n := leader(t)
+	env, n, fault, heal := notEnoughReplicas(t)
 	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "old", ProductID: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +188,7 @@ func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 	old := env.InsertRecord(t, env.Pool, rec, time.Now().Add(-10*time.Minute))
 	fresh := insertCommitted(t, env, likes(3, "new")...)[0]
 
-	fault := produceFault(env, "like-events", kerr.NotEnoughReplicas, -1)
+	fault()
 	res := n.pass(t)
 	if diff := cmp.Diff(PassResult{Failed: 1, Retried: 1, Cursor: old.ID}, res); diff != "" {
 		t.Fatalf("pass while Kafka fails (-want +got):\n%s", diff)
@@ -142,7 +199,7 @@ func TestExpiredFailureMovesToFailedAndCursorPassesIt(t *testing.T) {
 	if !n.logs.logged("WARN", "message expired, moving to failed", old.ID, "createdAt") {
 		t.Errorf("no expiry log line; WARN lines: %q", n.logs.messages("WARN"))
 	}
-	fault.Remove()
+	heal()
 	passUntil(t, n, env, fresh.ID)
 	recs := env.Records(t, 1, 10*time.Second)
 	if diff := cmp.Diff([]int64{fresh.ID}, sequences(recs)); diff != "" {
@@ -155,16 +212,15 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 	tests := []struct {
 		name   string
 		insert func(t *testing.T, env *relaytest.Env) relaytest.Row
-		fault  func(env *relaytest.Env) *kfake.FaultHandle
+		// fault breaks Kafka for the bad row and returns its cure.
+		fault func(t *testing.T, env *relaytest.Env) func()
 	}{
 		{
 			name: "message too large",
 			insert: func(t *testing.T, env *relaytest.Env) relaytest.Row {
 				return insertCommitted(t, env, likes(4, "big")...)[0]
 			},
-			fault: func(env *relaytest.Env) *kfake.FaultHandle {
-				return produceFault(env, "like-events", kerr.MessageTooLarge, 1)
-			},
+			fault: func(t *testing.T, env *relaytest.Env) func() { return tooLarge(t, env, "like-events") },
 		},
 		{
 			name: "type without a derivable topic",
@@ -178,8 +234,9 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 			t.Parallel()
 			env, n := leader(t)
 			bad := tt.insert(t, env)
+			heal := func() {}
 			if tt.fault != nil {
-				tt.fault(env)
+				heal = tt.fault(t, env)
 			}
 			res := n.pass(t)
 			if diff := cmp.Diff(PassResult{Failed: 1, Cursor: bad.ID}, res); diff != "" {
@@ -188,6 +245,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 			if msg, ok := env.FailedIDs(t)[bad.ID]; !ok || msg == "" {
 				t.Errorf("row %d not in outbox_failed with its error: %v", bad.ID, env.FailedIDs(t))
 			}
+			heal()
 			good := insertCommitted(t, env, likes(4, "after")...)[0]
 			passUntil(t, n, env, good.ID)
 			recs := env.Records(t, 1, 10*time.Second)
@@ -203,7 +261,7 @@ func TestPermanentFailureMovesToFailedAtOnce(t *testing.T) {
 // it again.
 func TestAmbiguousProduceLeavesNoDuplicate(t *testing.T) {
 	t.Parallel()
-	env, n := leader(t)
+	env, n := leaderOn(t, relaytest.NewFake(t, "a broker that appends a batch and then answers REQUEST_TIMED_OUT is a fault only kfake injects"))
 	rows := insertCommitted(t, env, likes(6, "a", "b", "c", "d", "e")...)
 	fault := produceFault(env, "like-events", kerr.RequestTimedOut, 1)
 	passUntil(t, n, env, rows[len(rows)-1].ID)

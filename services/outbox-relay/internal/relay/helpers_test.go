@@ -99,7 +99,7 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	pub, err := publisher.New(env.Brokers, cfg.SendTimeout, env.Reg, logger)
+	pub, err := publisher.New(env.Kafka, cfg.SendTimeout, env.Reg, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,12 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 // long: however slowly a loaded machine runs the test's steps, it holds.
 func leader(t *testing.T) (*relaytest.Env, *node) {
 	t.Helper()
-	env := relaytest.New(t)
+	return leaderOn(t, relaytest.New(t))
+}
+
+// leaderOn is leader on env.
+func leaderOn(t *testing.T, env *relaytest.Env) (*relaytest.Env, *node) {
+	t.Helper()
 	cfg := testConfig(env, "node-a")
 	cfg.LeaseTTL = time.Minute
 	n := newNode(t, env, cfg)

@@ -167,7 +167,7 @@ func TestStopDuringDrainHandsOverWithoutDuplicates(t *testing.T) {
 	for _, ev := range likes(1, users...) {
 		rows = append(rows, env.Insert(t, tx, ev))
 	}
-	relaytest.Commit(t, tx)
+	env.Commit(t, tx)
 
 	a := newNode(t, env, testConfig(env, "node-a"))
 	stop := a.start(t, true)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/loopers/commerce-pipeline/internal/outboxops"
 )
@@ -21,8 +20,9 @@ func TestRedrivenRowKeepsEventIDAndSequence(t *testing.T) {
 	t.Parallel()
 	env, n := leader(t)
 	bad := insertCommitted(t, env, likes(5, "first")...)[0]
-	produceFault(env, "like-events", kerr.MessageTooLarge, 1)
+	heal := tooLarge(t, env, "like-events")
 	passUntil(t, n, env, bad.ID)
+	heal()
 	later := insertCommitted(t, env, likes(5, "later")...)[0]
 	passUntil(t, n, env, later.ID)
 

@@ -64,7 +64,7 @@ func TestHappyPathPublishesEveryRowAsCloudEvent(t *testing.T) {
 	for _, ev := range evs {
 		tx := env.Begin(t)
 		row := env.Insert(t, tx, ev)
-		relaytest.Commit(t, tx)
+		env.Commit(t, tx)
 		want[row.EventID] = row
 		last = row.ID
 	}
@@ -84,7 +84,7 @@ func TestHappyPathPublishesEveryRowAsCloudEvent(t *testing.T) {
 		got := map[string]any{"topic": r.Topic, "key": r.Key, "type": m.Type, "source": m.Source,
 			"aggregateType": m.AggregateType, "aggregateId": m.AggregateID, "sequence": m.Sequence,
 			"contentType": r.Headers["content-type"], "data": string(r.Value), "event": m.Event}
-		exp := map[string]any{"topic": topic, "key": row.AggregateID, "type": row.Type, "source": "commerce-api",
+		exp := map[string]any{"topic": env.Topic(topic), "key": row.AggregateID, "type": row.Type, "source": "commerce-api",
 			"aggregateType": row.AggregateType, "aggregateId": row.AggregateID, "sequence": row.ID,
 			"contentType": "application/json", "data": string(row.Data), "event": wantEv}
 		if diff := cmp.Diff(exp, got); diff != "" {
@@ -111,12 +111,12 @@ func TestGapRuleTwoTransactions(t *testing.T) {
 	first := env.Insert(t, t1, events.LikeCreatedV1{UserID: "u1", ProductID: 5})
 	t2 := env.Begin(t)
 	second := env.Insert(t, t2, events.LikeCanceledV1{UserID: "u1", ProductID: 5})
-	relaytest.Commit(t, t2)
+	env.Commit(t, t2)
 
 	if res := n.pass(t); res.Published != 0 || res.Cursor != 0 {
 		t.Fatalf("pass with id %d in flight: %+v, want nothing published and the cursor kept at 0", first.ID, res)
 	}
-	relaytest.Commit(t, t1)
+	env.Commit(t, t1)
 	if res := n.pass(t); res.Published != 2 || res.Cursor != second.ID {
 		t.Fatalf("pass after both commits: %+v, want 2 published, cursor %d", res, second.ID)
 	}
@@ -139,12 +139,12 @@ func TestGapHeldByATransactionAboveXmax(t *testing.T) {
 	t1 := env.Begin(t)
 	b := env.Insert(t, t1, events.LikeCanceledV1{UserID: "u1", ProductID: 8})
 	c := env.Insert(t, t2, events.LikeCreatedV1{UserID: "u2", ProductID: 8})
-	relaytest.Commit(t, t2)
+	env.Commit(t, t2)
 
 	if res := n.pass(t); res.Cursor != a.ID {
 		t.Fatalf("pass with id %d in flight: %+v, want the cursor at %d", b.ID, res, a.ID)
 	}
-	relaytest.Commit(t, t1)
+	env.Commit(t, t1)
 	if res := n.pass(t); res.Cursor != c.ID {
 		t.Fatalf("pass after both commits: %+v, want cursor %d", res, c.ID)
 	}

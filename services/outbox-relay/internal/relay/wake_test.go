@@ -8,8 +8,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/outbox"
+	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
@@ -20,7 +24,7 @@ import (
 //
 //nolint:paralleltest // timing: the relay must read the notified commit in the 50 ms the broker holds the first batch
 func TestCommitDuringConfirmationGoesOutInTheSamePass(t *testing.T) {
-	env, n := leader(t)
+	env, n := leaderOn(t, relaytest.NewFake(t, "holds the first produce request until a later commit is notified: a hook into the broker only kfake has"))
 	first := insertCommitted(t, env, likes(5, "a")...)[0]
 	var (
 		once  sync.Once
@@ -79,7 +83,13 @@ func TestCursorMovedBackIsFollowed(t *testing.T) {
 // pass advances the cursor past its last batch is read by the same pass.
 func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
 	t.Parallel()
-	env, n := leader(t)
+	env := relaytest.New(t)
+	cfg := testConfig(env, "node-a")
+	// A pass re-reads for a notified commit only within the poll interval:
+	// a long one keeps a slow machine from ending the pass first.
+	cfg.Interval, cfg.LeaseTTL = 10*time.Second, time.Minute
+	n := newNode(t, env, cfg)
+	n.lead(t)
 	first := insertCommitted(t, env, likes(7, "a")...)[0]
 	var later int64
 	n.svc.relay.beforeAdvance = func() {
@@ -90,5 +100,33 @@ func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
 	}
 	if res := n.pass(t); res.Published != 2 || res.Cursor != later {
 		t.Fatalf("pass: %+v; want both events (ids %d and %d) published by it", res, first.ID, later)
+	}
+}
+
+// TestCommitWithoutWakeUpIsPolled: a commit whose wake-up never comes (its
+// writer died between the commit and the notification, or the notification
+// failed) is published by the next poll.
+func TestCommitWithoutWakeUpIsPolled(t *testing.T) {
+	t.Parallel()
+	env := relaytest.New(t)
+	cfg := testConfig(env, "node-a")
+	cfg.Interval, cfg.LeaseTTL = 300*time.Millisecond, time.Minute
+	n := newNode(t, env, cfg)
+	n.lead(t)
+	n.start(t, true)
+	rec, err := env.Reg.Marshal(events.LikeCreatedV1{UserID: "quiet", ProductID: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// outbox.Insert alone: a commit and no notification.
+	id, err := outbox.Insert(context.Background(), env.Pool.QueryRow, outbox.Entry{EventID: uuid.NewString(), Source: "commerce-api", Record: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sequences(env.Records(t, 1, 10*time.Second)); len(got) != 1 || got[0] != id {
+		t.Fatalf("published %v, want [%d]", got, id)
+	}
+	if sent, _ := env.Wake.Stats(); sent != 0 {
+		t.Fatalf("%d wake-ups were sent; the test needs none", sent)
 	}
 }

@@ -1,6 +1,7 @@
 // Package relaytest gives the relay's tests a real environment: a fresh
-// migrated PostgreSQL database, an in-process Kafka-protocol cluster with the
-// event topics, helpers that write outbox rows the way commerce-api does
+// migrated PostgreSQL database, the event topics on Apache Kafka under a
+// prefix of the test's own (or, for the faults only it can inject, on
+// kfake), helpers that write outbox rows the way commerce-api does
 // (plain SQL inside the caller's transaction) and a reader of what reached
 // Kafka.
 package relaytest
@@ -18,23 +19,66 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
+	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// Env is one test's database and Kafka cluster.
+// Env is one test's database and Kafka topics.
 type Env struct {
-	URL     string
-	Pool    *pgxpool.Pool
+	URL  string
+	Pool *pgxpool.Pool
+	// Wake wakes the relay after a commit, as commerce-api does; Insert
+	// through Pool and Commit use it.
+	Wake  *pg.Notifier
+	Kafka kafka.Settings // the brokers, and the prefix the relay publishes under
+	// Cluster is the kfake cluster of NewFake, for its fault injection; nil
+	// on Apache Kafka.
 	Cluster *kfake.Cluster
-	Brokers []string
 	Reg     *events.Registry
 }
 
-// New starts an environment that lives as long as the test.
+// New starts an environment that lives as long as the test, with the event
+// topics on the test binary's Apache Kafka broker.
 func New(t testing.TB) *Env {
+	t.Helper()
+	e := newEnv(t)
+	e.Kafka = testenv.Kafka(t, e.Reg.Topics()...).Settings
+	return e
+}
+
+// NewFake is New on kfake, for a test whose point is a fault only kfake
+// injects (Cluster.Fault, Cluster.ControlKey); why says which.
+func NewFake(t testing.TB, why string) *Env {
+	t.Helper()
+	e := newEnv(t)
+	e.Cluster = testenv.FakeKafka(t, why, e.Reg.Topics()...)
+	e.Kafka = kafka.Settings{Brokers: e.Cluster.ListenAddrs()}
+	return e
+}
+
+// NewOn is New with the event topics on a broker of the test's own (from
+// testenv.KafkaCluster), for tests that stop or kill it.
+func NewOn(t testing.TB, c *kafkabroker.Cluster) *Env {
+	t.Helper()
+	e := newEnv(t)
+	e.Kafka = kafka.Settings{Brokers: c.Brokers()}
+	specs := make([]kafka.TopicSpec, 0, 4)
+	for _, name := range e.Reg.Topics() {
+		specs = append(specs, kafka.TopicSpec{Name: name, Partitions: 3, Replication: int16(min(len(c.Nodes()), 3))})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.Kafka.CreateTopics(ctx, specs); err != nil {
+		t.Fatalf("relaytest: %v", err)
+	}
+	return e
+}
+
+func newEnv(t testing.TB) *Env {
 	t.Helper()
 	reg := events.NewRegistry()
 	url := testenv.DatabaseURL(t)
@@ -44,10 +88,13 @@ func New(t testing.TB) *Env {
 		t.Fatalf("relaytest: open pool: %v", err)
 	}
 	t.Cleanup(db.Close)
-	pool := db.Pool
-	cluster := testenv.Kafka(t, reg.Topics()...)
-	return &Env{URL: url, Pool: pool, Cluster: cluster, Brokers: cluster.ListenAddrs(), Reg: reg}
+	wake := db.NewNotifier(outbox.Channel)
+	t.Cleanup(wake.Close)
+	return &Env{URL: url, Pool: db.Pool, Wake: wake, Reg: reg}
 }
+
+// Topic names an event topic (like-events) as the relay publishes it.
+func (e *Env) Topic(name string) string { return e.Kafka.Topic(name) }
 
 // Querier runs SQL: a pool, a connection or a transaction.
 type Querier interface {
@@ -62,7 +109,9 @@ type Row struct {
 	events.Record
 }
 
-// Insert writes domain event ev to the outbox through q, as commerce-api does.
+// Insert writes domain event ev to the outbox through q, as commerce-api
+// does: through Pool (a transaction of its own) it wakes the relay after the
+// commit; in a transaction, Commit does.
 func (e *Env) Insert(t testing.TB, q Querier, ev any) Row {
 	t.Helper()
 	rec, err := e.Reg.Marshal(ev)
@@ -82,6 +131,9 @@ func (e *Env) InsertRecord(t testing.TB, q Querier, rec events.Record, createdAt
 	if err != nil {
 		t.Fatalf("relaytest: insert outbox row: %v", err)
 	}
+	if q == Querier(e.Pool) {
+		e.Wake.Notify()
+	}
 	return r
 }
 
@@ -96,12 +148,13 @@ func (e *Env) Begin(t testing.TB) pgx.Tx {
 	return tx
 }
 
-// Commit commits tx.
-func Commit(t testing.TB, tx pgx.Tx) {
+// Commit commits tx and wakes the relay, as commerce-api does.
+func (e *Env) Commit(t testing.TB, tx pgx.Tx) {
 	t.Helper()
 	if err := tx.Commit(context.Background()); err != nil {
 		t.Fatalf("relaytest: commit: %v", err)
 	}
+	e.Wake.Notify()
 }
 
 // Cursor returns the relay's cursor.
@@ -156,7 +209,7 @@ type Record struct {
 // (duplicates) show up too. It fails the test if n do not arrive in time.
 func (e *Env) Records(t testing.TB, n int, timeout time.Duration) []Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Brokers...), kgo.ConsumeTopics(e.Reg.Topics()...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Kafka.Brokers...), kgo.ConsumeTopics(e.Kafka.Topics(e.Reg.Topics())...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("relaytest: kafka client: %v", err)
