@@ -34,8 +34,8 @@ func TestProductCreateAndView(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("product without metrics (-want +got):\n%s", diff)
 	}
-	// The aggregates come from product_metrics, which product-consumers own.
-	e.db.Exec(t, `UPDATE product_metrics SET like_count = 3, sales_count = 4, sales_amount = 180000, view_count = 9 WHERE product_id = $1`, created.ID)
+	// The aggregates come from the tables product-consumers own.
+	e.db.SetAggregates(t, fmt.Sprintf("product_id = %d", created.ID), "3", "4", "180000", "9")
 	got = decode[productBody](t, e.do(t, "GET", fmt.Sprintf("/api/v1/products/%d", created.ID), "", ""), http.StatusOK)
 	want.LikeCount, want.SalesCount, want.SalesAmount, want.ViewCount = 3, 4, 180000, 9
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -58,8 +58,8 @@ func TestProductList(t *testing.T) {
 	a := e.createProduct(t, "a", 100, 1)
 	b := e.createProduct(t, "b", 200, 1)
 	c := e.createProduct(t, "c", 300, 1)
-	e.db.Exec(t, `UPDATE product_metrics m SET like_count = v.l, sales_count = v.s, sales_amount = v.a, view_count = v.w
-		FROM (VALUES ($1::bigint, 5, 1, 100, 2), ($2::bigint, 1, 7, 1400, 3)) v(id, l, s, a, w) WHERE m.product_id = v.id`, a, b)
+	e.db.SetAggregates(t, fmt.Sprintf("product_id = %d", a), "5", "1", "100", "2")
+	e.db.SetAggregates(t, fmt.Sprintf("product_id = %d", b), "1", "7", "1400", "3")
 
 	ids := func(p pageBody) []int64 {
 		var out []int64

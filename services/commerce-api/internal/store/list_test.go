@@ -22,16 +22,17 @@ func TestListProductsOrder(t *testing.T) {
 	url, s := openTest(t)
 	db := storetest.Open(t, url)
 	db.Exec(t, `INSERT INTO products (name, price, stock) SELECT 'p' || i, i, 1 FROM generate_series(1, 60) i`)
-	db.Exec(t, `UPDATE product_metrics SET like_count = (product_id * 7) % 5, sales_count = (product_id * 3) % 4,
-		view_count = CASE WHEN product_id % 9 = 0 THEN 0 ELSE product_id % 6 END
-		WHERE product_id % 4 <> 0`)
-	// A metrics row of a product that does not exist (yet) is not listed.
-	db.Exec(t, `INSERT INTO product_metrics (product_id, like_count, sales_count, view_count) VALUES (999999, 99, 99, 99)`)
+	db.SetAggregates(t, `product_id % 4 <> 0`, `(product_id * 7) % 5`, `(product_id * 3) % 4`, "",
+		`CASE WHEN product_id % 9 = 0 THEN 0 ELSE product_id % 6 END`)
+	// Aggregates of a product that does not exist (yet) are not listed.
+	db.Exec(t, `INSERT INTO product_likes (product_id, like_count) VALUES (999999, 99)`)
+	db.Exec(t, `INSERT INTO product_sales (product_id, sales_count) VALUES (999999, 99)`)
+	db.Exec(t, `INSERT INTO product_views (product_id, view_count) VALUES (999999, 99)`)
 	for _, sort := range ProductSorts() {
 		col := sortColumn[sort]
 		want := "p.id DESC"
-		if col != "" {
-			want = "COALESCE(m." + col + ", 0) DESC, p.id DESC"
+		if col != (sortKey{}) {
+			want = "COALESCE(" + col.alias + "." + col.column + ", 0) DESC, p.id DESC"
 		}
 		for _, size := range []int{1, 7, 100} {
 			for page := 0; page*size <= 70 && page*size <= ListWindow; page++ {
@@ -62,7 +63,7 @@ func ids(ps []Product) []int64 {
 	return out
 }
 
-// TestProductsHaveMetricsRows: a product has its aggregates row from the
+// TestProductsHaveMetricsRows: a product has its aggregates' rows from the
 // transaction that creates it, with zeros.
 func TestProductsHaveMetricsRows(t *testing.T) {
 	t.Parallel()
@@ -92,7 +93,7 @@ func TestProductsHaveMetricsRows(t *testing.T) {
 
 	// A row a consumer wrote before its product existed is listed, with
 	// its counts, once the product is created.
-	db.Exec(t, `INSERT INTO product_metrics (product_id, like_count) VALUES (424242, 5)`)
+	db.Exec(t, `INSERT INTO product_likes (product_id, like_count) VALUES (424242, 5)`)
 	db.Exec(t, `INSERT INTO products (id, name, price, stock) VALUES (424242, 'late', 1, 1)`)
 	var listed bool
 	var likes int64
@@ -120,9 +121,9 @@ func TestListProductsUsesIndexes(t *testing.T) {
 	}
 	index := map[ProductSort]string{
 		SortLatest:    "products_pkey",
-		SortLikesDesc: "product_metrics_like_count_idx",
-		SortSalesDesc: "product_metrics_sales_count_idx",
-		SortViewsDesc: "product_metrics_view_count_idx",
+		SortLikesDesc: "product_likes_like_count_idx",
+		SortSalesDesc: "product_sales_sales_count_idx",
+		SortViewsDesc: "product_views_view_count_idx",
 	}
 	for _, shape := range shapes {
 		t.Run(shape.name, func(t *testing.T) {
@@ -131,10 +132,8 @@ func TestListProductsUsesIndexes(t *testing.T) {
 			url, s := openTest(t)
 			db := storetest.Open(t, url)
 			db.Exec(t, `INSERT INTO products (name, price, stock) SELECT 'p' || i, i % 1000, 1 FROM generate_series(1, 300000) i`)
-			db.Exec(t, `UPDATE product_metrics SET like_count = 1 + product_id % 1000, sales_count = 1 + product_id % 97,
-				view_count = 1 + product_id % 5000 WHERE `+shape.nonZero)
-			db.Exec(t, `VACUUM ANALYZE products`)
-			db.Exec(t, `VACUUM ANALYZE product_metrics`)
+			db.SetAggregates(t, shape.nonZero, `1 + product_id % 1000`, `1 + product_id % 97`, "", `1 + product_id % 5000`)
+			db.Exec(t, `VACUUM ANALYZE products, product_likes, product_sales, product_views`)
 			for _, sort := range ProductSorts() {
 				for _, page := range []int{0, 40} {
 					query, args, err := listQuery(sort, page, 100)

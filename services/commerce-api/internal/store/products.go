@@ -41,13 +41,16 @@ const (
 	SortViewsDesc ProductSort = "views_desc"
 )
 
-// sortColumn is the product_metrics column a sort orders by ("" for the
-// newest first). Each has an index (column DESC, product_id DESC).
-var sortColumn = map[ProductSort]string{
-	SortLatest:    "",
-	SortLikesDesc: "like_count",
-	SortSalesDesc: "sales_count",
-	SortViewsDesc: "view_count",
+// sortKey is the table and column of the aggregate a sort orders by (none
+// for the newest first). Each has an index (column DESC, product_id DESC)
+// WHERE listed.
+type sortKey struct{ table, alias, column string }
+
+var sortColumn = map[ProductSort]sortKey{
+	SortLatest:    {},
+	SortLikesDesc: {"product_likes", "l", "like_count"},
+	SortSalesDesc: {"product_sales", "s", "sales_count"},
+	SortViewsDesc: {"product_views", "v", "view_count"},
 }
 
 // ListWindow bounds listings: a page may start at most this many products
@@ -61,11 +64,18 @@ func ProductSorts() []ProductSort {
 }
 
 const productSelect = `p.id, p.name, p.price, p.stock, p.created_at, p.updated_at,
-	COALESCE(m.like_count, 0) AS like_count, COALESCE(m.sales_count, 0) AS sales_count,
-	COALESCE(m.sales_amount, 0) AS sales_amount, COALESCE(m.view_count, 0) AS view_count`
+	COALESCE(l.like_count, 0) AS like_count, COALESCE(s.sales_count, 0) AS sales_count,
+	COALESCE(s.sales_amount, 0) AS sales_amount, COALESCE(v.view_count, 0) AS view_count`
+
+// withAggregates joins each aggregate's row (one table per aggregate, one
+// writer each: migration 00014) to products p, by primary key.
+const withAggregates = `
+	LEFT JOIN product_likes l ON l.product_id = p.id
+	LEFT JOIN product_sales s ON s.product_id = p.id
+	LEFT JOIN product_views v ON v.product_id = p.id`
 
 const productColumns = productSelect + `
-	FROM products p LEFT JOIN product_metrics m ON m.product_id = p.id`
+	FROM products p` + withAggregates
 
 // CreateProduct inserts a product. Creating a product emits no event.
 func (s *Store) CreateProduct(ctx context.Context, in NewProduct) (Product, error) {
@@ -84,9 +94,9 @@ func (s *Store) CreateProduct(ctx context.Context, in NewProduct) (Product, erro
 func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Product, error) {
 	var p Product
 	err := s.InTx(ctx, func(tx *Tx) error {
-		// FOR SHARE: views commute with each other but not with likes or
-		// stock changes of the product, which take FOR NO KEY UPDATE.
-		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ? `+string(lockShare)+` OF p`, id).Scan(&p)
+		// No lock: a view commutes with every other event (its topic holds
+		// views only, and each one counts once, whatever the order).
+		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ?`, id).Scan(&p)
 		if err := productFound(id, res.RowsAffected, res.Error); err != nil {
 			return err
 		}
@@ -99,7 +109,7 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 // a detail served from a cache.
 func (s *Store) RecordView(ctx context.Context, id int64, viewer string) error {
 	return s.InTx(ctx, func(tx *Tx) error {
-		if err := tx.lockProduct(id, lockShare); err != nil {
+		if err := tx.productExists(id); err != nil {
 			return err
 		}
 		return tx.AppendEvent(events.ProductViewedV1{ProductID: id, UserID: viewer})
@@ -133,12 +143,13 @@ func (s *Store) ListProducts(ctx context.Context, sort ProductSort, page, size i
 
 // listQuery builds the statement of one listing page.
 //
-// Every product has its product_metrics row, marked listed (migrations
-// 00009 and 00010), so a sort by an aggregate is one range scan of that
-// column's partial (col DESC, product_id DESC) WHERE listed index: the
-// page's offset is skipped on the index alone, with no probe per skipped
-// entry, and only the page's rows are joined to products. The newest-first
-// order skips its offset on the primary key alone, the same way.
+// Every product has a row, marked listed, in each aggregate's table
+// (migrations 00009, 00010 and 00014), so a sort by an aggregate is one
+// range scan of its table's partial (column DESC, product_id DESC) WHERE
+// listed index: the page's offset is skipped on the index alone, with no
+// probe per skipped entry, and only the page's rows are joined to products
+// and to the other aggregates. The newest-first order skips its offset on
+// the primary key alone, the same way.
 func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 	col, ok := sortColumn[sort]
 	if !ok {
@@ -148,17 +159,17 @@ func listQuery(sort ProductSort, page, size int) (string, []any, error) {
 	if page < 0 || size <= 0 || offset > ListWindow {
 		return "", nil, fmt.Errorf("page %d of size %d: %w: the offset must be at most %d", page, size, ErrInvalidInput, ListWindow)
 	}
-	if col == "" {
+	if col == (sortKey{}) {
 		return `WITH page AS (SELECT id FROM products ORDER BY id DESC LIMIT ? OFFSET ?)
 		SELECT ` + productColumns + ` JOIN page ON page.id = p.id ORDER BY p.id DESC`, []any{size, offset}, nil
 	}
 	// col is one of sortColumn's constants, never input.
 	return `WITH page AS (
-		SELECT m.product_id AS id, m.` + col + ` AS k FROM product_metrics m
-		WHERE m.listed
-		ORDER BY m.` + col + ` DESC, m.product_id DESC LIMIT ? OFFSET ?)
+		SELECT a.product_id AS id, a.` + col.column + ` AS k FROM ` + col.table + ` a
+		WHERE a.listed
+		ORDER BY a.` + col.column + ` DESC, a.product_id DESC LIMIT ? OFFSET ?)
 	SELECT ` + productSelect + `
-	FROM page JOIN products p ON p.id = page.id LEFT JOIN product_metrics m ON m.product_id = p.id
+	FROM page JOIN products p ON p.id = page.id` + withAggregates + `
 	ORDER BY page.k DESC, page.id DESC`, []any{size, offset}, nil
 }
 
@@ -168,22 +179,21 @@ type lockMode string
 
 const (
 	noLock lockMode = ""
-	// lockShare is for readers that must not see a change in progress:
-	// views commute with each other but not with likes or stock changes.
-	lockShare lockMode = "FOR SHARE"
-	// lockWrite is every writer's lock. Writers take FOR NO KEY UPDATE, never
-	// FOR UPDATE: inserting order items or likes takes FOR KEY SHARE on their
-	// products through the foreign keys, in line order, and FOR UPDATE
-	// conflicts with that, so placing an order could deadlock with a payment
-	// locking the same products in id order. NO KEY UPDATE still excludes
-	// every other writer and lockShare readers.
+	// lockWrite is the lock of a payment, the one writer of a product's
+	// row (its stock). It is FOR NO KEY UPDATE, never FOR UPDATE: inserting
+	// order items or likes takes FOR KEY SHARE on their products through
+	// the foreign keys, in line order, and FOR UPDATE conflicts with that,
+	// so placing an order could deadlock with a payment locking the same
+	// products in id order; NO KEY UPDATE excludes every other payment and
+	// lets likes and orders of the product go on.
 	lockWrite lockMode = "FOR NO KEY UPDATE"
 )
 
-// lockProduct locks one product row in mode.
-func (tx *Tx) lockProduct(id int64, mode lockMode) error {
+// productExists checks that product id exists, locking nothing: products
+// are never deleted, so the answer cannot change before the commit.
+func (tx *Tx) productExists(id int64) error {
 	var got int64
-	res := tx.db.Raw(`SELECT id FROM products WHERE id = ? `+string(mode), id).Scan(&got)
+	res := tx.db.Raw(`SELECT id FROM products WHERE id = ?`, id).Scan(&got)
 	return productFound(id, res.RowsAffected, res.Error)
 }
 

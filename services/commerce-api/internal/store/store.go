@@ -1,8 +1,21 @@
 // Package store is commerce-api's persistence layer and the only package of
 // the service that talks to PostgreSQL. Every state change commits together
-// with its outbox rows in one transaction, and the aggregate row is locked
-// before an outbox row is inserted, so that outbox id order is the logical
-// order per aggregate.
+// with its outbox rows in one transaction, and every pair of events whose
+// order a consumer depends on enters the outbox in the order their changes
+// commit. What orders them is the row each change writes, locked no wider
+// than that:
+//
+//   - a like or a cancel writes the (user, product) row of likes: two changes
+//     of one user's like of one product wait for each other there (the
+//     second's outbox id is drawn after the first committed), and the like
+//     consumer orders state per (user, product) by sequence, so the likes of
+//     different users need no common lock and commit side by side, however
+//     hot the product;
+//   - a view locks nothing: product-events holds views only, each counted
+//     once whatever the order;
+//   - a payment locks its products' rows (FOR NO KEY UPDATE, in id order) to
+//     decrement stock, which orders its StockDepleted events, and its order
+//     row, which orders the order's events.
 package store
 
 import (
@@ -39,6 +52,9 @@ type Store struct {
 	db   *gorm.DB
 	pool *pg.DB
 	reg  *events.Registry
+	// wake tells the relay that outbox rows committed: after the commit,
+	// outside the writer's transaction (see pg.Notifier).
+	wake *pg.Notifier
 }
 
 // Open connects to databaseURL with o and checks that the database answers.
@@ -57,37 +73,49 @@ func Open(ctx context.Context, databaseURL string, o pg.Options, reg *events.Reg
 		pool.Close()
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	return &Store{db: db, pool: pool, reg: reg}, nil
+	return &Store{db: db, pool: pool, reg: reg, wake: pool.NewNotifier(outbox.Channel)}, nil
 }
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.wake.Close()
 	s.pool.Close()
 	return nil
 }
+
+// WakeUps reports how many relay wake-ups were sent and how many could not
+// be (the relay's poll picks those commits up).
+func (s *Store) WakeUps() (sent, failed int64) { return s.wake.Stats() }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // Tx is an open transaction.
 type Tx struct {
-	ctx context.Context
-	db  *gorm.DB
-	reg *events.Registry
+	ctx      context.Context
+	db       *gorm.DB
+	reg      *events.Registry
+	appended bool // an outbox row was written
 }
 
 // InTx runs fn in a transaction, committing when it returns nil and rolling
-// back otherwise. Database errors are mapped to the domain sentinels.
+// back otherwise. Database errors are mapped to the domain sentinels. A
+// transaction that wrote outbox rows wakes the relay once it committed.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	var t *Tx
 	err := s.db.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-		return fn(&Tx{ctx: ctx, db: db, reg: s.reg})
+		t = &Tx{ctx: ctx, db: db, reg: s.reg}
+		return fn(t)
 	})
+	if err == nil && t != nil && t.appended {
+		s.wake.Notify()
+	}
 	return mapErr(err)
 }
 
 // AppendEvent inserts ev, a domain event of package events passed by value,
-// into the outbox. The caller must already hold the lock on the event's
-// aggregate row.
+// into the outbox. The caller must already have written the row that orders
+// the event against those it must follow (see the package documentation).
 func (tx *Tx) AppendEvent(ev any) error {
 	rec, err := tx.reg.Marshal(ev)
 	if err != nil {
@@ -97,8 +125,11 @@ func (tx *Tx) AppendEvent(ev any) error {
 	if err != nil {
 		return err
 	}
-	_, err = outbox.Insert(tx.ctx, queryRow(tx.db), e)
-	return err
+	if _, err = outbox.Insert(tx.ctx, queryRow(tx.db), e); err != nil {
+		return err
+	}
+	tx.appended = true
+	return nil
 }
 
 // queryRow is db's QueryRow for internal/outbox's statements, which use $n

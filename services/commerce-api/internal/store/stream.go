@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -26,7 +27,7 @@ type ProductChange struct {
 	XID uint64 `json:"-"`
 }
 
-// Changes is one read of product_metrics' changes.
+// Changes is one read of the aggregates' changes.
 type Changes struct {
 	// Watermark is the snapshot's xmin: pass it as since next time.
 	Watermark uint64
@@ -37,9 +38,14 @@ type Changes struct {
 	Complete bool
 }
 
-const changeColumns = `m.product_id, COALESCE(p.name, ''), m.like_count, m.sales_count, m.sales_amount, m.view_count,
-	m.updated_at, m.change_xid::text::bigint
-	FROM product_metrics m LEFT JOIN products p ON p.id = m.product_id`
+const changeColumns = `p.id, p.name, COALESCE(l.like_count, 0), COALESCE(s.sales_count, 0), COALESCE(s.sales_amount, 0),
+	COALESCE(v.view_count, 0), COALESCE(GREATEST(l.updated_at, s.updated_at, v.updated_at), p.updated_at),
+	COALESCE(GREATEST(l.change_xid, s.change_xid, v.change_xid), '0')::text::bigint
+	FROM products p` + withAggregates
+
+// aggregateTables are the tables of the aggregates, one writer each; each
+// stamps its rows with the writer's transaction id (change_xid, indexed).
+var aggregateTables = []string{"product_likes", "product_sales", "product_views"}
 
 // ChangesSince returns, from one snapshot, the products whose aggregates
 // were last written by a transaction with id >= since, and the snapshot's
@@ -47,24 +53,45 @@ const changeColumns = `m.product_id, COALESCE(p.name, ''), m.like_count, m.sales
 // watermark has ended, so a change not returned now is returned by a later
 // call with the watermark. A since of 0 returns no rows, only the watermark.
 //
-// It reads at most limit+1 rows along product_metrics_change_xid_idx,
-// whatever the catalogue's size: when more than limit products changed, it
-// returns none of them and Complete false.
+// It reads at most limit+1 entries along each aggregate table's change_xid
+// index, and the rows of at most limit products, whatever the catalogue's
+// size: when more than limit products changed, it returns none of them and
+// Complete false.
 func (s *Store) ChangesSince(ctx context.Context, since uint64, limit int) (Changes, error) {
 	out := Changes{Complete: true}
 	err := s.readSnapshot(ctx, &out.Watermark, func(tx *gorm.DB) error {
 		if since == 0 {
 			return nil
 		}
-		rows, err := scanChanges(tx, `SELECT `+changeColumns+`
-			WHERE m.change_xid >= ?::text::xid8
-			ORDER BY m.change_xid LIMIT ?`, strconv.FormatUint(since, 10), limit+1)
-		if err != nil {
+		// First the products changed in any aggregate since since, each
+		// table read along its change_xid index and bounded alike; only
+		// when they are few, their rows.
+		var changed strings.Builder
+		args := []any{}
+		for i, table := range aggregateTables {
+			if i > 0 {
+				changed.WriteString(" UNION ")
+			}
+			// table is one of aggregateTables' constants, never input.
+			changed.WriteString(`(SELECT product_id FROM ` + table + ` WHERE change_xid >= ?::text::xid8 ORDER BY change_xid LIMIT ?)`)
+			args = append(args, strconv.FormatUint(since, 10), limit+1)
+		}
+		var ids []int64
+		if err := tx.Raw(changed.String()+` LIMIT ?`, append(args, limit+1)...).Scan(&ids).Error; err != nil {
 			return err
 		}
-		if len(rows) > limit {
+		if len(ids) > limit {
 			out.Complete = false
 			return nil
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Rows a consumer wrote for an id that is no product are left out.
+		rows, err := scanChanges(tx, `SELECT `+changeColumns+`
+			WHERE p.id IN ? ORDER BY 8, 1`, ids)
+		if err != nil {
+			return err
 		}
 		out.Products = rows
 		return nil
@@ -90,11 +117,13 @@ func (s *Store) TopProducts(ctx context.Context, n int) (Snapshot, error) {
 	var out Snapshot
 	err := s.readSnapshot(ctx, &out.Watermark, func(tx *gorm.DB) error {
 		seen := map[int64]bool{}
-		for _, col := range []string{"like_count", "sales_count", "view_count"} {
-			// col is one of the constants above, never input; each has
-			// an index (col DESC, product_id DESC) WHERE listed.
+		for _, key := range []sortKey{sortColumn[SortLikesDesc], sortColumn[SortSalesDesc], sortColumn[SortViewsDesc]} {
+			// key is one of sortColumn's constants, never input; each has
+			// an index (column DESC, product_id DESC) WHERE listed.
 			rows, err := scanChanges(tx, `SELECT `+changeColumns+`
-				WHERE m.listed ORDER BY m.`+col+` DESC, m.product_id DESC LIMIT ?`, n)
+				JOIN (SELECT a.product_id, a.`+key.column+` AS k FROM `+key.table+` a WHERE a.listed
+					ORDER BY a.`+key.column+` DESC, a.product_id DESC LIMIT ?) top ON top.product_id = p.id
+				ORDER BY top.k DESC, top.product_id DESC`, n)
 			if err != nil {
 				return err
 			}

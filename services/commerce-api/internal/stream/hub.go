@@ -1,6 +1,6 @@
 // Package stream fans committed product aggregate changes and a pipeline
 // summary out to Server-Sent Events clients. One hub per process reads what
-// changed in product_metrics (an indexed read of change_xid) once per
+// changed in the aggregates (indexed reads of their change_xid) once per
 // Coalesce while a stream is open, and hands every client the same
 // pre-encoded frames; clients never query the database themselves. With no
 // stream open the hub reads nothing.

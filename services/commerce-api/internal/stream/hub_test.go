@@ -28,7 +28,7 @@ import (
 )
 
 // fixture is a hub running over a fresh database, and a connection to write
-// product_metrics the way product-consumers does.
+// the aggregates the way product-consumers does.
 type fixture struct {
 	hub *stream.Hub
 	db  *sql.DB
@@ -71,7 +71,7 @@ func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixtur
 // like adds n likes to product id in one transaction.
 func (f *fixture) like(t *testing.T, id, n int64) {
 	t.Helper()
-	_, err := f.db.Exec(`INSERT INTO product_metrics AS m (product_id, like_count) VALUES ($1, $2)
+	_, err := f.db.Exec(`INSERT INTO product_likes AS m (product_id, like_count) VALUES ($1, $2)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + EXCLUDED.like_count, updated_at = now()`, id, n)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestOrderAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = slow.Rollback() }() // a no-op once committed
-	if _, err := slow.Exec(`INSERT INTO product_metrics AS m (product_id, like_count) VALUES (4, 100)
+	if _, err := slow.Exec(`INSERT INTO product_likes AS m (product_id, like_count) VALUES (4, 100)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + 100`); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -126,4 +127,28 @@ func (d *DB) Events(t testing.TB, afterID int64) []Event {
 		out = append(out, r.Event)
 	}
 	return out
+}
+
+// SetAggregates sets, as the consumers would have, the aggregates of the
+// products whose rows match where (an SQL condition on product_id) to SQL
+// expressions of product_id; an empty expression leaves that aggregate as
+// it is. Each aggregate has a table of its own (one writer each).
+func (d *DB) SetAggregates(t testing.TB, where, likes, salesCount, salesAmount, views string) {
+	t.Helper()
+	if likes != "" {
+		d.Exec(t, `UPDATE product_likes SET like_count = `+likes+` WHERE `+where)
+	}
+	if salesCount != "" || salesAmount != "" {
+		set := []string{}
+		if salesCount != "" {
+			set = append(set, "sales_count = "+salesCount)
+		}
+		if salesAmount != "" {
+			set = append(set, "sales_amount = "+salesAmount)
+		}
+		d.Exec(t, `UPDATE product_sales SET `+strings.Join(set, ", ")+` WHERE `+where)
+	}
+	if views != "" {
+		d.Exec(t, `UPDATE product_views SET view_count = `+views+` WHERE `+where)
+	}
 }
