@@ -17,7 +17,8 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/stack"
 )
 
-// likeGroup is the group the cluster test runs three instances of.
+// likeGroup is the group the cluster test runs three instances of (the
+// pipeline's name; system.kafka.Group names it on the cluster).
 const likeGroup = "product-like-consumer"
 
 // clusterEnv gives every process short cluster timings: ALIVE while it
@@ -39,7 +40,8 @@ func clusterEnv(env map[string]string, node string) map[string]string {
 // instances of one group and checks GET /api/v1/cluster against what the
 // processes and the broker say, through a frozen process (SIGSTOP/SIGCONT),
 // a killed consumer and its return, a killed relay leader, a graceful stop
-// and a restart under the same id.
+// and a restart under the same id, which static membership lets take its
+// partitions back without a rebalance of the others.
 //
 //nolint:paralleltest // starts the real service processes, which on 2 shared cores would break the timing bounds of the other end-to-end tests (the live page's 2 s)
 func TestClusterView(t *testing.T) {
@@ -63,13 +65,19 @@ func TestClusterView(t *testing.T) {
 	startConsumer := func(id string) {
 		env := clusterEnv(s.consumerEnv, id)
 		env["ADMIN_ADDR"], env["CONSUMERS"], env["CONSUMER_INSTANCE_ID"] = freeAddr(t), "like", id
+		if id == "c-1" {
+			// c-1 is restarted below and must be back within its session:
+			// 20 s outlasts a restart on a loaded machine. c-3's stays
+			// 6 s, for its partitions to move soon once it is killed.
+			env["KAFKA_SESSION_TIMEOUT"] = "20s"
+		}
 		consumers[id] = start(t, id+fmt.Sprint(time.Now().UnixNano()), "product-consumers", env)
 	}
 	for _, id := range []string{"c-1", "c-2", "c-3"} {
 		startConsumer(id)
 	}
 
-	admin, err := sarama.NewClusterAdmin(strings.Split(s.brokers, ","), adminConfig())
+	admin, err := sarama.NewClusterAdmin(s.kafka.Brokers, adminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +85,15 @@ func TestClusterView(t *testing.T) {
 
 	// The partition table names, for every partition, the member the broker
 	// assigned it to.
+	group := s.kafka.Group(likeGroup)
 	assignmentsMatch := func(v cluster.View) string {
-		return cmp.Diff(brokerAssignment(t, admin), viewAssignment(v))
+		return cmp.Diff(brokerAssignment(t, admin, group), viewAssignment(v, group))
 	}
 	s.waitView("three consumers own the group's partitions as the broker assigned them", func(v cluster.View) string {
 		if d := cmp.Diff(map[string]string{"api-1": "ALIVE", "relay-1": "ALIVE", "relay-2": "ALIVE", "c-1": "ALIVE", "c-2": "ALIVE", "c-3": "ALIVE"}, statusesOf(v, "api-1", "relay-", "c-")); d != "" {
 			return d
 		}
-		if owners := ownersOf(v); len(owners) != 3 {
+		if owners := ownersOf(v, group); len(owners) != 3 {
 			return fmt.Sprintf("want three distinct owners, got %v", owners)
 		}
 		return assignmentsMatch(v)
@@ -116,14 +125,14 @@ func TestClusterView(t *testing.T) {
 		if d := nodeIs("c-3", cluster.StatusDown)(v); d != "" {
 			return d
 		}
-		if owners := ownersOf(v); owners["c-3"] {
+		if owners := ownersOf(v, group); owners["c-3"] {
 			return "c-3 still owns partitions"
 		}
 		return assignmentsMatch(v)
 	})
 	startConsumer("c-3")
 	s.waitView("c-3 back with partitions", func(v cluster.View) string {
-		if owners := ownersOf(v); len(owners) != 3 {
+		if owners := ownersOf(v, group); len(owners) != 3 {
 			return fmt.Sprintf("want three distinct owners, got %v", owners)
 		}
 		return assignmentsMatch(v)
@@ -155,8 +164,16 @@ func TestClusterView(t *testing.T) {
 		t.Errorf("%s leads but its /readyz does not say so", newLeader)
 	}
 
-	// A graceful stop leaves (LEFT); a restart under the same id is the
-	// same one row, ALIVE.
+	// A graceful stop leaves the cluster (LEFT) but not the Kafka group: a
+	// static member holds its partitions for its session. Back under the
+	// same id within it, c-1 is the same one row, ALIVE, gets its own
+	// partitions again, and the others keep theirs: no rebalance, which
+	// would have assigned theirs again (a new version of each row).
+	var beforeStop cluster.View
+	s.waitView("the assignment before c-1 stops", func(v cluster.View) string {
+		beforeStop = v
+		return assignmentsMatch(v)
+	})
 	consumers["c-1"].Stop(20 * time.Second)
 	s.waitView("c-1 LEFT", nodeIs("c-1", cluster.StatusLeft))
 	startConsumer("c-1")
@@ -172,12 +189,33 @@ func TestClusterView(t *testing.T) {
 		}
 		return nodeIs("c-1", cluster.StatusAlive)(v)
 	})
+	s.waitView("c-1 has its own partitions again", func(v cluster.View) string {
+		if d := cmp.Diff(viewAssignment(beforeStop, group), viewAssignment(v, group)); d != "" {
+			return "the view (-before +now):\n" + d
+		}
+		return assignmentsMatch(v)
+	})
+	if diff := cmp.Diff(assignmentsOf(beforeStop, group, "c-1"), assignmentsOf(s.view(), group, "c-1")); diff != "" {
+		t.Errorf("the other members' partitions were assigned again while c-1 restarted (-before +after):\n%s", diff)
+	}
 }
 
-func adminConfig() *sarama.Config {
-	c := sarama.NewConfig()
-	c.Version = sarama.V3_6_0_0
-	return c
+// assignmentsOf lists the version and moves of each of group's partitions
+// that a node other than except owns: a rebalance assigns every partition
+// again, a new version even where the owner stays.
+func assignmentsOf(v cluster.View, group, except string) map[string]string {
+	out := map[string]string{}
+	for _, g := range v.Groups {
+		if g.Group != group {
+			continue
+		}
+		for _, p := range g.Partitions {
+			if p.ReleasedAt == nil && p.Owner != except {
+				out[fmt.Sprintf("%s/%d", p.Topic, p.Partition)] = fmt.Sprintf("%s version %d moves %d", p.Owner, p.Version, p.Moves)
+			}
+		}
+	}
+	return out
 }
 
 // view reads GET /api/v1/cluster on commerce-api's admin listener.
@@ -247,11 +285,11 @@ func statusesOf(v cluster.View, prefixes ...string) map[string]string {
 	return out
 }
 
-// viewAssignment is partition → owner for likeGroup's unreleased rows.
-func viewAssignment(v cluster.View) map[string]string {
+// viewAssignment is partition → owner for group's unreleased rows.
+func viewAssignment(v cluster.View, group string) map[string]string {
 	out := map[string]string{}
 	for _, g := range v.Groups {
-		if g.Group != likeGroup {
+		if g.Group != group {
 			continue
 		}
 		for _, p := range g.Partitions {
@@ -263,19 +301,19 @@ func viewAssignment(v cluster.View) map[string]string {
 	return out
 }
 
-func ownersOf(v cluster.View) map[string]bool {
+func ownersOf(v cluster.View, group string) map[string]bool {
 	out := map[string]bool{}
-	for _, o := range viewAssignment(v) {
+	for _, o := range viewAssignment(v, group) {
 		out[o] = true
 	}
 	return out
 }
 
-// brokerAssignment asks the broker who owns likeGroup's partitions: the
+// brokerAssignment asks the broker who owns group's partitions: the
 // members' static instance ids are the node ids.
-func brokerAssignment(t *testing.T, admin sarama.ClusterAdmin) map[string]string {
+func brokerAssignment(t *testing.T, admin sarama.ClusterAdmin, group string) map[string]string {
 	t.Helper()
-	groups, err := admin.DescribeConsumerGroups([]string{likeGroup})
+	groups, err := admin.DescribeConsumerGroups([]string{group})
 	if err != nil {
 		t.Fatal(err)
 	}

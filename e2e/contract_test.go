@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 // TestEventContract: every record the running services write to Kafka
@@ -88,7 +90,6 @@ func TestEventContract(t *testing.T) {
 		t.Fatalf("aggregates (-want +got):\n%s", diff)
 	}
 
-	brokers := strings.Split(s.brokers, ",")
 	counts := map[string]int{
 		"like-events": 4, "product-events": 3, "order-events": 1, "stock-events": 1,
 		"product-events.DLT": 1, "product-events.PARKED": 1,
@@ -100,8 +101,8 @@ func TestEventContract(t *testing.T) {
 		if counts[topic] == 0 {
 			continue
 		}
-		for _, m := range testenv.ReadTopic(t, brokers, topic, counts[topic], 60*time.Second) {
-			r := eventcontract.FromSarama(m)
+		for _, m := range testenv.ReadTopic(t, s.kafka.Brokers, s.topic(topic), counts[topic], 60*time.Second) {
+			r := s.pipelineNames(eventcontract.FromSarama(m))
 			h := testenv.Headers(m)
 			switch id := h["ce_id"]; {
 			case id == legacyID:
@@ -150,4 +151,30 @@ func TestEventContract(t *testing.T) {
 			t.Errorf("%s: the original's headers (-original +copy):\n%s", topic, diff)
 		}
 	}
+}
+
+// pipelineNames turns the names on the cluster in r, under the system's
+// KAFKA_PREFIX, into the pipeline's own, the contract's: its topic, and the
+// topic and consumer group its dead-letter headers name. The document
+// describes one pipeline; the prefix places one on a cluster. A name that
+// lacks the prefix fails the test: the reclaimer re-drives to the topic the
+// header names.
+func (s *system) pipelineNames(r eventcontract.Record) eventcontract.Record {
+	s.t.Helper()
+	unprefix := func(what, name string) string {
+		s.t.Helper()
+		pipeline, ok := strings.CutPrefix(name, s.kafka.Prefix)
+		if !ok {
+			s.t.Errorf("%s %q is not named under the prefix %q", what, name, s.kafka.Prefix)
+		}
+		return pipeline
+	}
+	r.Topic = unprefix("topic", r.Topic)
+	r.Headers = slices.Clone(r.Headers)
+	for i, h := range r.Headers {
+		if h.Key == pcon.HeaderOriginalTopic || h.Key == pcon.HeaderConsumerGroup {
+			r.Headers[i].Value = unprefix(r.Topic+" header "+h.Key, h.Value)
+		}
+	}
+	return r
 }

@@ -1,7 +1,15 @@
 // Package e2e runs the real service binaries as processes against real
-// PostgreSQL and Redis and an in-process Kafka-protocol broker, drives the REST
-// API like users would, kills processes on the way, and checks that the
-// aggregates end exactly equal to what the domain tables say they must be.
+// PostgreSQL, Redis and Apache Kafka, drives the REST API like users would,
+// kills processes on the way, and checks that the aggregates end exactly
+// equal to what the domain tables say they must be.
+//
+// Each test's pipeline lives under a Kafka prefix of its own (KAFKA_PREFIX)
+// on the broker the package shares, or on a broker of the test's own
+// (kafkaSetup.Cluster) when the test kills brokers or needs their settings.
+// The tests that start the service processes run one at a time: on the 2
+// shared cores of the machines they run on, a second test's processes and
+// traffic would break the timing bounds they check (the live page's 2 s,
+// the product page's 1 s).
 package e2e
 
 import (
@@ -10,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -22,10 +31,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
+	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
@@ -33,23 +45,45 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
-var bins *stack.Binaries
+// The service binaries, built while the first test starts the shared Kafka
+// broker (a JVM) rather than before it: the two overlap.
+var (
+	bins     *stack.Binaries
+	buildErr error
+	built    = make(chan struct{})
+)
 
 func TestMain(m *testing.M) {
-	root, err := stack.ModuleRoot()
-	if err == nil {
-		// pipelinectl too: the incident test runs it as an operator would.
-		bins, err = stack.Build(context.Background(), root, slices.Concat(stack.Services, []string{"./cmd/pipelinectl"})...)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build the services:", err)
-		os.Exit(1)
-	}
+	go func() {
+		defer close(built)
+		root, err := stack.ModuleRoot()
+		if err == nil {
+			// pipelinectl too: the incident test runs it as an operator would.
+			bins, err = stack.Build(context.Background(), root, slices.Concat(stack.Services, []string{"./cmd/pipelinectl"})...)
+		}
+		if err != nil {
+			buildErr = fmt.Errorf("e2e: build the services: %w", err)
+		}
+	}()
 	code := m.Run()
-	if err := bins.Remove(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: remove the built services:", err)
+	<-built
+	if bins != nil {
+		if err := bins.Remove(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: remove the built services:", err)
+		}
 	}
 	os.Exit(code)
+}
+
+// binaries waits for the service binaries, failing the test if they could
+// not be built.
+func binaries(t *testing.T) *stack.Binaries {
+	t.Helper()
+	<-built
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return bins
 }
 
 // start runs a service binary for the test; it is stopped when the test ends
@@ -58,7 +92,7 @@ func TestMain(m *testing.M) {
 func start(t *testing.T, name, bin string, env map[string]string) *stack.Proc {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
-	p, err := bins.Start(bin, env, logPath)
+	p, err := binaries(t).Start(bin, env, logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +128,9 @@ func waitHTTP(t *testing.T, url string) {
 type system struct {
 	t           *testing.T
 	dbURL       string
-	brokers     string
-	api         string // commerce-api's public address
-	apiAdmin    string // its admin address: the cluster view, /metrics
+	kafka       *testenv.KafkaEnv // the brokers and the pipeline's names on them
+	api         string            // commerce-api's public address
+	apiAdmin    string            // its admin address: the cluster view, /metrics
 	apiClient   *http.Client
 	relayEnv    func(node string) map[string]string
 	consumerEnv map[string]string
@@ -104,10 +138,53 @@ type system struct {
 	apiProc     *stack.Proc
 }
 
-func newSystem(t *testing.T) *system {
-	reg := events.NewRegistry()
-	kafka := testenv.Kafka(t, reg.AllTopics()...)
-	s := &system{t: t, dbURL: testenv.DatabaseURL(t), brokers: strings.Join(kafka.ListenAddrs(), ",")}
+// kafkaSetup says where a system's Kafka is and how its topics are made, as
+// infrastructure makes them (kafka.Settings.PipelineTopics: 3 partitions
+// each, the pipeline's retention). The zero value is a prefix of the test's
+// own on the broker the package shares, replication 1.
+type kafkaSetup struct {
+	// Cluster, when set, is a broker or cluster of the test's own
+	// (testenv.KafkaCluster), for a test that kills, stops or reconfigures
+	// brokers; the pipeline uses its own names there, unprefixed.
+	Cluster *kafkabroker.Cluster
+	// Replication is every topic's replication factor (1 when 0): 3 on a
+	// three-node cluster.
+	Replication int16
+	// Config holds settings of every topic (min.insync.replicas=2 with
+	// three replicas, say).
+	Config map[string]string
+	// TopicConfig holds settings of single topics, by the pipeline's name
+	// (like-events.DLT), over Config.
+	TopicConfig map[string]map[string]string
+}
+
+// kafka returns the pipeline's Kafka with its topics created; they are
+// deleted when the test ends.
+func (ks kafkaSetup) kafka(t *testing.T) *testenv.KafkaEnv {
+	t.Helper()
+	k := &testenv.KafkaEnv{}
+	if ks.Cluster == nil {
+		k = testenv.Kafka(t) // a fresh prefix, no topics yet
+	} else {
+		k.Brokers = ks.Cluster.Brokers()
+	}
+	specs := k.PipelineTopics(3, max(ks.Replication, 1))
+	for i := range specs {
+		maps.Copy(specs[i].Config, ks.Config)
+		maps.Copy(specs[i].Config, ks.TopicConfig[strings.TrimPrefix(specs[i].Name, k.Prefix)])
+	}
+	k.CreateTopics(t, specs...)
+	return k
+}
+
+// newSystem starts commerce-api with its pipeline's topics on the shared
+// broker; the test starts relays and consumers.
+func newSystem(t *testing.T) *system { return newSystemOn(t, kafkaSetup{}) }
+
+// newSystemOn is newSystem with the pipeline's Kafka as ks says.
+func newSystemOn(t *testing.T, ks kafkaSetup) *system {
+	t.Helper()
+	s := &system{t: t, dbURL: testenv.DatabaseURL(t), kafka: ks.kafka(t)}
 	redisURL := testenv.RedisURL(t)
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	s.apiEnv = map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr, "ADMIN_ADDR": adminAddr}
@@ -115,21 +192,36 @@ func newSystem(t *testing.T) *system {
 	s.api, s.apiAdmin = "http://"+apiAddr, "http://"+adminAddr
 	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.relayEnv = func(node string) map[string]string {
-		return map[string]string{
-			"DATABASE_URL": s.dbURL, "KAFKA_BROKERS": s.brokers, "ADMIN_ADDR": freeAddr(t),
+		return s.withKafka(map[string]string{
+			"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t),
 			"OUTBOX_RELAY_NODE_ID": node, "OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms",
 			"OUTBOX_RELAY_RETRY_INTERVAL": "500ms",
-		}
+		})
 	}
-	s.consumerEnv = map[string]string{
-		"DATABASE_URL": s.dbURL, "KAFKA_BROKERS": s.brokers, "REDIS_URL": redisURL,
+	s.consumerEnv = s.withKafka(map[string]string{
+		"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL,
 		"ADMIN_ADDR": freeAddr(t), "CONSUMER_RETRY_BACKOFF": "100ms",
-		// A SIGKILLed member holds its partitions until its session ends.
+		// A SIGKILLed member that does not come back holds its partitions
+		// until its session ends (the brokers allow sessions from 500 ms,
+		// testenv.BrokerProps).
 		"KAFKA_SESSION_TIMEOUT": "6s", "KAFKA_REBALANCE_TIMEOUT": "10s",
-	}
+	})
 	waitHTTP(t, s.api+"/readyz")
 	return s
 }
+
+// withKafka adds the variables that point a process at the pipeline's
+// Kafka (KAFKA_BROKERS, KAFKA_PREFIX) to env and returns it.
+func (s *system) withKafka(env map[string]string) map[string]string {
+	maps.Copy(env, s.kafka.Env())
+	return env
+}
+
+// topic names the pipeline's topic on the cluster.
+func (s *system) topic(name string) string { return s.kafka.Topic(name) }
+
+// adminConfig is the tests' own Kafka clients' configuration.
+func adminConfig() *sarama.Config { return kafka.Settings{}.Config("e2e") }
 
 func (s *system) startRelay(node string) (*stack.Proc, string) {
 	env := s.relayEnv(node)
@@ -421,11 +513,12 @@ func TestPoisonEvent(t *testing.T) {
 		t.Fatalf("views after the poison event (-want +got):\n%s", diff)
 	}
 
-	dlt := testenv.ReadTopic(t, strings.Split(s.brokers, ","), "product-events.DLT", 1, 30*time.Second)
+	dlt := testenv.ReadTopic(t, s.kafka.Brokers, s.topic("product-events.DLT"), 1, 30*time.Second)
 	h := testenv.Headers(dlt[0])
+	// The original topic and the group as they are named on the cluster.
 	wantHeaders := map[string]string{
 		"ce_id": poisonID, "ce_type": "loopers.product.exploded.v1",
-		pcon.HeaderOriginalTopic: "product-events", pcon.HeaderConsumerGroup: "product-view-consumer",
+		pcon.HeaderOriginalTopic: s.topic("product-events"), pcon.HeaderConsumerGroup: s.kafka.Group("product-view-consumer"),
 	}
 	for k, v := range wantHeaders {
 		if h[k] != v {
