@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,6 +102,14 @@ func Ops(mux interface {
 	mux.Handle("/healthz", http.HandlerFunc(healthz))
 	mux.Handle("/readyz", readyz(checks, true, opts))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// Go's profiles, for the operators who can reach this listener: where
+	// a node's CPU and memory go under real load (`go tool pprof
+	// http://<admin>/debug/pprof/profile?seconds=30`).
+	mux.Handle("/debug/pprof/", http.HandlerFunc(pprof.Index))
+	mux.Handle("/debug/pprof/cmdline", http.HandlerFunc(pprof.Cmdline))
+	mux.Handle("/debug/pprof/profile", http.HandlerFunc(pprof.Profile))
+	mux.Handle("/debug/pprof/symbol", http.HandlerFunc(pprof.Symbol))
+	mux.Handle("/debug/pprof/trace", http.HandlerFunc(pprof.Trace))
 }
 
 // Probes registers /healthz and /readyz for a public listener (a load

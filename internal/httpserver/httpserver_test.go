@@ -18,7 +18,7 @@ import (
 // TestOps: the admin endpoints (Ops) and the public probes (Probes) on
 // the same checks. Neither tells a dependency's address or error; only the
 // admin /readyz names the failed check, and only the admin side has
-// /metrics.
+// /metrics and the profiles.
 //
 //nolint:paralleltest // the cases run in turn: each sets the one check's error the shared servers answer with
 func TestOps(t *testing.T) {
@@ -53,6 +53,8 @@ func TestOps(t *testing.T) {
 		{"public ready", "public", "/readyz", nil, 200, `{"status":"ready"}`},
 		{"public not ready names nothing", "public", "/readyz", refused, 503, `{"status":"unavailable"}` + "\n"},
 		{"no public metrics", "public", "/metrics", nil, 404, "404 page not found"},
+		{"profiles", "admin", "/debug/pprof/", nil, 200, "goroutine"},
+		{"no public profiles", "public", "/debug/pprof/", nil, 404, "404 page not found"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

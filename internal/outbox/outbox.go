@@ -14,6 +14,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,4 +82,18 @@ func Insert[R Row](ctx context.Context, queryRow func(context.Context, string, .
 		return 0, fmt.Errorf("outbox: insert %s: %w", e.Type, err)
 	}
 	return id, nil
+}
+
+// InsertFromSQL is an INSERT of one outbox row for each row of from (a
+// table expression of the caller's statement, such as a data-modifying
+// CTE), with an Entry's Values in the placeholders $first to $first+5: the
+// outbox write of a change made in one statement, which is one transaction
+// and one round trip. created_at is the insert's clock, as Insert's.
+func InsertFromSQL(from string, first int) string {
+	ps := make([]string, len(Columns))
+	for i := range ps {
+		ps[i] = "$" + strconv.Itoa(first+i)
+	}
+	return `INSERT INTO outbox (` + strings.Join(Columns, ", ") + `, created_at)
+	SELECT ` + strings.Join(ps, ", ") + `, clock_timestamp() FROM ` + from
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -10,34 +11,31 @@ import (
 // Like makes user like product. It reports whether the like is new; a
 // repeated like changes nothing and emits nothing.
 func (s *Store) Like(ctx context.Context, user string, product int64) (changed bool, err error) {
-	err = s.InTx(ctx, func(tx *Tx) error {
-		res := tx.db.Exec(`INSERT INTO likes (user_id, product_id) VALUES (?, ?) ON CONFLICT DO NOTHING`, user, product)
-		if pg.Code(res.Error) == pg.CodeForeignKeyViolation {
-			return productFound(product, 0, nil) // the foreign key refused it
-		}
-		if res.Error != nil || res.RowsAffected == 0 {
-			return res.Error
-		}
-		changed = true
-		return tx.AppendEvent(events.LikeCreatedV1{UserID: user, ProductID: product})
-	})
-	return changed, err
+	// One statement: the like and its event commit together, in one round
+	// trip. The foreign key refuses a product that does not exist.
+	changed, err = s.changeWithEvent(ctx, `INSERT INTO likes (user_id, product_id) VALUES ($1, $2)
+		ON CONFLICT DO NOTHING RETURNING 1`, []any{user, product}, events.LikeCreatedV1{UserID: user, ProductID: product})
+	if pg.Code(err) == pg.CodeForeignKeyViolation {
+		return false, productFound(product, 0, nil)
+	}
+	if err != nil {
+		return false, fmt.Errorf("like product %d: %w", product, mapErr(err))
+	}
+	return changed, nil
 }
 
 // Unlike removes user's like of product. It reports whether a like was
 // removed; unliking a product that is not liked changes nothing and emits
 // nothing.
 func (s *Store) Unlike(ctx context.Context, user string, product int64) (changed bool, err error) {
-	err = s.InTx(ctx, func(tx *Tx) error {
-		res := tx.db.Exec(`DELETE FROM likes WHERE user_id = ? AND product_id = ?`, user, product)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return tx.productExists(product) // a 404 for no such product, else nothing to do
-		}
-		changed = true
-		return tx.AppendEvent(events.LikeCanceledV1{UserID: user, ProductID: product})
-	})
-	return changed, err
+	changed, err = s.changeWithEvent(ctx, `DELETE FROM likes WHERE user_id = $1 AND product_id = $2 RETURNING 1`,
+		[]any{user, product}, events.LikeCanceledV1{UserID: user, ProductID: product})
+	if err != nil {
+		return false, fmt.Errorf("unlike product %d: %w", product, mapErr(err))
+	}
+	if !changed {
+		// Nothing to cancel, or no such product: a 404 for the latter.
+		return false, s.InTx(ctx, func(tx *Tx) error { return tx.productExists(product) })
+	}
+	return true, nil
 }

@@ -2,9 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -90,30 +94,43 @@ func (s *Store) CreateProduct(ctx context.Context, in NewProduct) (Product, erro
 }
 
 // ViewProduct returns a product with its aggregates and records a
-// ProductViewed event by viewer ("" when anonymous).
+// ProductViewed event by viewer ("" when anonymous), in one statement: one
+// transaction, one round trip. It locks nothing: a view commutes with every
+// other event (its topic holds views only, and each one counts once,
+// whatever the order).
 func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Product, error) {
+	e, err := s.entry(events.ProductViewedV1{ProductID: id, UserID: viewer})
+	if err != nil {
+		return Product{}, err
+	}
 	var p Product
-	err := s.InTx(ctx, func(tx *Tx) error {
-		// No lock: a view commutes with every other event (its topic holds
-		// views only, and each one counts once, whatever the order).
-		res := tx.db.Raw(`SELECT `+productColumns+` WHERE p.id = ?`, id).Scan(&p)
-		if err := productFound(id, res.RowsAffected, res.Error); err != nil {
-			return err
-		}
-		return tx.AppendEvent(events.ProductViewedV1{ProductID: id, UserID: viewer})
-	})
-	return p, err
+	err = s.pool.Pool.QueryRow(ctx, `WITH p AS (SELECT `+productColumns+` WHERE p.id = $1),
+		viewed AS (`+outbox.InsertFromSQL("p", 2)+`)
+		SELECT id, name, price, stock, like_count, sales_count, sales_amount, view_count, created_at, updated_at FROM p`,
+		append([]any{id}, e.Values()...)...).
+		Scan(&p.ID, &p.Name, &p.Price, &p.Stock, &p.LikeCount, &p.SalesCount, &p.SalesAmount, &p.ViewCount, &p.CreatedAt, &p.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Product{}, productFound(id, 0, nil)
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("product %d: %w", id, mapErr(err))
+	}
+	s.wake.Notify()
+	return p, nil
 }
 
 // RecordView records a ProductViewed event without reading the product, for
 // a detail served from a cache.
 func (s *Store) RecordView(ctx context.Context, id int64, viewer string) error {
-	return s.InTx(ctx, func(tx *Tx) error {
-		if err := tx.productExists(id); err != nil {
-			return err
-		}
-		return tx.AppendEvent(events.ProductViewedV1{ProductID: id, UserID: viewer})
-	})
+	viewed, err := s.changeWithEvent(ctx, `SELECT id FROM products WHERE id = $1`, []any{id},
+		events.ProductViewedV1{ProductID: id, UserID: viewer})
+	if err != nil {
+		return fmt.Errorf("product %d: %w", id, mapErr(err))
+	}
+	if !viewed {
+		return productFound(id, 0, nil)
+	}
+	return nil
 }
 
 // ListProducts returns one page of products in the given order, the number
