@@ -21,7 +21,7 @@ func TestBatchHandler(t *testing.T) {
 	e := newEnv(t)
 	recs := e.produce(20_000, keyMod(300))
 	chk := newOrderChecker(recs)
-	const group = "batch"
+	group := e.group("batch")
 	flaky := map[[2]int64]bool{}  // fail once
 	doomed := map[[2]int64]bool{} // fail permanently
 	for i, idx := range []int{7, 700, 7000, 17000} {
@@ -114,7 +114,7 @@ func TestPoisonIsolatedFromBatchMates(t *testing.T) {
 	e := newEnv(t)
 	recs := e.produce(3000, keyMod(50))
 	poison := recs[1234]
-	const group = "poison-isolation"
+	group := e.group("poison-isolation")
 	var handled sync.Map
 	cfg := e.config(group)
 	cfg.MaxAttempts = 2

@@ -69,6 +69,13 @@ type Consumer struct {
 	records records
 
 	producer atomic.Pointer[sarama.SyncProducer]
+	// refusedMu guards refused: partitions whose commit metadata the
+	// broker refused as too large since the committer last looked.
+	refusedMu sync.Mutex
+	refused   map[engine.TP]bool
+	// metadataWarned: the metadata limit came down once already; later
+	// steps are logged at Info.
+	metadataWarned atomic.Bool
 
 	mu        sync.Mutex
 	started   bool
@@ -249,6 +256,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	go func() {
 		defer close(errsDone)
 		for err := range group.Errors() {
+			var ce *sarama.ConsumerError
+			if errors.Is(err, sarama.ErrOffsetMetadataTooLarge) && errors.As(err, &ce) {
+				c.noteRefusal(engine.TP{Topic: ce.Topic, Partition: ce.Partition})
+				continue
+			}
 			c.log.Warn("pcon: consumer group error", "group", c.cfg.Group, core.ErrKey, err)
 		}
 	}()
@@ -274,6 +286,50 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// noteRefusal takes note of a broker's OFFSET_METADATA_TOO_LARGE answer to
+// a commit of tp: the broker's offset.metadata.max.bytes is below what pcon
+// wrote. sarama reports it and keeps the commit pending, which the broker
+// would refuse again as long as the metadata stays as long: the committed
+// offset would stop moving. The committer confirms its last commit of tp
+// and, if it is not there, commits it again with less metadata
+// (groupHandler.confirm). The answer does not say which commit it refused,
+// so it alone does not change the limit.
+func (c *Consumer) noteRefusal(tp engine.TP) {
+	c.log.Debug("pcon: commit metadata refused as too large", "group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition)
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	if c.refused == nil {
+		c.refused = make(map[engine.TP]bool)
+	}
+	c.refused[tp] = true
+}
+
+// takeRefusals returns the partitions noted by noteRefusal since the last
+// call.
+func (c *Consumer) takeRefusals() map[engine.TP]bool {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	r := c.refused
+	c.refused = nil
+	return r
+}
+
+// msgMetadataRefused is logged at Warn the first time a broker refuses
+// commit metadata, and at Info each time the limit comes down further.
+const msgMetadataRefused = "pcon: commit metadata refused as too large; committing less of it"
+
+// metadataLimitLowered logs that the metadata limit came down to limit
+// after tp's metadata of refused bytes was refused.
+func (c *Consumer) metadataLimitLowered(tp engine.TP, refused, limit int) {
+	level := slog.LevelInfo
+	if c.metadataWarned.CompareAndSwap(false, true) {
+		level = slog.LevelWarn
+	}
+	c.log.Log(context.Background(), level, msgMetadataRefused,
+		"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "refused_bytes", refused, "limit", limit,
+		"hint", "the broker's offset.metadata.max.bytes is below pcon's limit: a new owner of a partition handles again the completed records the shorter metadata leaves out")
 }
 
 // shutdownEngine stops dispatching and dead-letter retries, then gives

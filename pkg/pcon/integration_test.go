@@ -47,7 +47,8 @@ func testKeyOrder100k(t *testing.T, mode func(*pcon.Consumer)) {
 	e := newEnv(t)
 	recs := e.produce(100_000, keyMod(1000))
 	chk := newOrderChecker(recs)
-	cfg := e.config("key-order")
+	group := e.group("key-order")
+	cfg := e.config(group)
 	cfg.MaxInFlight = 1000
 	_, stop := start(t, cfg, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 		chk.begin(r)
@@ -55,24 +56,25 @@ func testKeyOrder100k(t *testing.T, mode func(*pcon.Consumer)) {
 		chk.end(r)
 		return nil
 	}), mode)
-	e.waitCommitted("key-order", endOffsets(recs))
+	e.waitCommitted(group, endOffsets(recs))
 	stop()
 	checkClean(t, chk)
 }
 
 // TestHardStopRestart stops a consumer whose final commit cannot reach the
 // broker, so the restart starts from the last periodic commit and its
-// metadata.
+// metadata. (TestHydrationAfterTruncation hydrates from a final commit on
+// Apache Kafka.)
 func TestHardStopRestart(t *testing.T) {
 	t.Parallel()
 	forEachEngineMode(t, testHardStopRestart)
 }
 
 func testHardStopRestart(t *testing.T, mode func(*pcon.Consumer)) {
-	e := newEnv(t)
+	e := newFakeEnv(t, "fails every OffsetCommit of a live member (kfake Fault) so that its final commit is lost as in a crash; Apache Kafka refuses none on demand")
 	recs := e.produce(20_000, keyMod(200))
 	chk := newOrderChecker(recs)
-	const group = "hard-stop"
+	group := e.group("hard-stop")
 	// The first record of key k0 in each partition blocks, so everything
 	// after it completes into the metadata rather than the offset.
 	blocker := map[int32]int64{}
@@ -177,7 +179,7 @@ func testOrderingModesEndToEnd(t *testing.T, mode func(*pcon.Consumer)) {
 			for p := range last {
 				last[p].Store(-1)
 			}
-			group := "mode-" + tt.name
+			group := e.group("mode-" + tt.name)
 			cfg := e.config(group)
 			cfg.Ordering = tt.ordering
 			_, stop := start(t, cfg, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {

@@ -20,17 +20,20 @@ func noop(context.Context, *pcon.Record) error { return nil }
 func TestCloseReleasesEverything(t *testing.T) {
 	e := newEnv(t)
 	recs := e.produce(2000, keyMod(20))
-	// The cluster and the producer's leftovers are not the consumer's.
+	group := e.group("lifecycle")
+	e.committed(group) // the env's admin client, with its connections, lives until the test ends
+	// The cluster, the admin client and the producer's leftovers are not
+	// the consumer's.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		// sarama's metrics registry starts a process-wide ticker once.
 		goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"))
-	c, err := pcon.New(e.config("lifecycle"), pcon.RecordHandler(noop))
+	c, err := pcon.New(e.config(group), pcon.RecordHandler(noop))
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(context.Background()) }()
-	e.waitCommitted("lifecycle", endOffsets(recs))
+	e.waitCommitted(group, endOffsets(recs))
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Add(1)
@@ -67,8 +70,9 @@ func TestRunTwice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	recs := e.produce(10, keyMod(2))
-	c, stop := start(t, e.config("twice"), pcon.RecordHandler(noop))
-	e.waitCommitted("twice", endOffsets(recs)) // the first Run is under way
+	group := e.group("twice")
+	c, stop := start(t, e.config(group), pcon.RecordHandler(noop))
+	e.waitCommitted(group, endOffsets(recs)) // the first Run is under way
 	if err := c.Run(context.Background()); !errors.Is(err, pcon.ErrAlreadyRunning) {
 		t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
 	}

@@ -24,7 +24,8 @@ func TestReceivedTime(t *testing.T) {
 		retried  = map[int64]bool{}
 		bad      []string
 	)
-	_, stop := start(t, e.config("received"), pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
+	group := e.group("received")
+	_, stop := start(t, e.config(group), pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
@@ -47,7 +48,7 @@ func TestReceivedTime(t *testing.T) {
 		received[r.Offset] = r.Received
 		return errors.New("fail once")
 	}))
-	e.waitCommitted("received", endOffsets(recs))
+	e.waitCommitted(group, endOffsets(recs))
 	stop()
 	mu.Lock()
 	defer mu.Unlock()

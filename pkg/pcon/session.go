@@ -2,6 +2,7 @@ package pcon
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/offsets"
 )
 
 // groupHandler connects one sarama consumer-group session at a time to the
@@ -20,14 +22,21 @@ type groupHandler struct {
 
 	// Per session; written in Setup, read by the claim goroutines sarama
 	// starts after Setup returns.
-	meta       map[engine.TP]string
-	commitMu   sync.Mutex // orders periodic commits with revoke commits
+	meta     map[engine.TP]string
+	commitMu sync.Mutex // orders periodic commits with revoke commits; guards marked and final
+	// marked is the last commit marked of each partition, final the one
+	// marked when it was revoked.
+	marked     map[engine.TP]core.Commit
+	final      map[engine.TP]core.Commit
 	stopCommit chan struct{}
 	committer  sync.WaitGroup
 }
 
 func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	h.meta = h.fetchMetadata(sess.Claims())
+	h.marked = make(map[engine.TP]core.Commit)
+	h.final = make(map[engine.TP]core.Commit)
+	h.c.takeRefusals() // of an earlier session, whose commits it confirmed
 	h.stopCommit = make(chan struct{})
 	h.committer.Add(1)
 	go h.commitLoop(sess)
@@ -40,6 +49,12 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	close(h.stopCommit)
 	h.committer.Wait()
 	sess.Commit()
+	// The refusal of a final commit reaches the group's error channel only
+	// after the session, whose commit it was, has ended: every final commit
+	// that could be refused is confirmed.
+	h.commitMu.Lock()
+	h.confirm(sess, h.final)
+	h.commitMu.Unlock()
 	h.c.log.Info("pcon: partitions released", "group", h.c.cfg.Group, "generation", sess.GenerationID())
 	return nil
 }
@@ -48,24 +63,98 @@ func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 // which sarama does not expose. Failing to read it only costs reprocessing.
 func (h *groupHandler) fetchMetadata(claims map[string][]int32) map[engine.TP]string {
 	out := make(map[engine.TP]string)
+	committed, err := h.fetchCommitted(claims)
+	if err != nil {
+		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", core.ErrKey, err)
+		return out
+	}
+	for tp, cm := range committed {
+		out[tp] = cm.Metadata
+	}
+	return out
+}
+
+// fetchCommitted reads the group's committed offsets and metadata of
+// partitions from its coordinator. Partitions without a commit are absent.
+func (h *groupHandler) fetchCommitted(partitions map[string][]int32) (map[engine.TP]core.Commit, error) {
 	broker, err := h.client.Coordinator(h.c.cfg.Group)
 	if err != nil {
-		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", core.ErrKey, err)
-		return out
+		return nil, fmt.Errorf("find the group coordinator: %w", err)
 	}
-	resp, err := broker.FetchOffset(sarama.NewOffsetFetchRequest(h.c.cfg.Sarama.Version, h.c.cfg.Group, claims))
+	resp, err := broker.FetchOffset(sarama.NewOffsetFetchRequest(h.c.cfg.Sarama.Version, h.c.cfg.Group, partitions))
 	if err != nil {
-		h.c.log.Warn("pcon: cannot read commit metadata; completed records may run again", core.ErrKey, err)
-		return out
+		return nil, fmt.Errorf("fetch committed offsets: %w", err)
 	}
-	for topic, parts := range claims {
+	if resp.Err != sarama.ErrNoError {
+		return nil, fmt.Errorf("fetch committed offsets: %w", resp.Err)
+	}
+	out := make(map[engine.TP]core.Commit)
+	for topic, parts := range partitions {
 		for _, p := range parts {
-			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
-				out[engine.TP{Topic: topic, Partition: p}] = b.Metadata
+			if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError && b.Offset >= 0 {
+				tp := engine.TP{Topic: topic, Partition: p}
+				out[tp] = core.Commit{TP: tp, Offset: b.Offset, Metadata: b.Metadata}
 			}
 		}
 	}
-	return out
+	return out, nil
+}
+
+// confirm makes sure that commits, just made, landed if they carry
+// metadata. A broker refuses metadata longer than its
+// offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE). So the commits
+// are read back, and one that is not there is made again with its metadata
+// halved, down to none at worst, until it is: the offset is committed, and
+// as much of the metadata as the broker takes. Shorter metadata that lands
+// brings the Consumer's limit down to its size. Called with commitMu held.
+func (h *groupHandler) confirm(sess sarama.ConsumerGroupSession, commits map[engine.TP]core.Commit) {
+	c := h.c
+	pending := make(map[engine.TP]core.Commit)
+	for tp, cm := range commits {
+		if cm.Metadata != "" {
+			pending[tp] = cm
+		}
+	}
+	refused := make(map[engine.TP]int) // tp -> size of its first refused metadata
+	for len(pending) > 0 {
+		parts := make(map[string][]int32)
+		for tp := range pending {
+			parts[tp.Topic] = append(parts[tp.Topic], tp.Partition)
+		}
+		committed, err := h.fetchCommitted(parts)
+		if err != nil {
+			c.log.Warn("pcon: cannot confirm commits", "group", c.cfg.Group, core.ErrKey, err)
+			return
+		}
+		for tp, cm := range pending {
+			got, ok := committed[tp]
+			switch {
+			case ok && got.Offset == cm.Offset && got.Metadata == cm.Metadata:
+				delete(pending, tp)
+				if size, ok := refused[tp]; ok && c.core.LowerMetadataLimit(len(cm.Metadata)) {
+					c.metadataLimitLowered(tp, size, len(cm.Metadata))
+				}
+				continue
+			case cm.Metadata == "":
+				c.log.Warn("pcon: commit not accepted, even without metadata",
+					"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "offset", cm.Offset)
+				delete(pending, tp)
+				continue
+			}
+			if _, ok := refused[tp]; !ok {
+				refused[tp] = len(cm.Metadata)
+			}
+			c.log.Debug("pcon: commit not found; committing it again with less metadata",
+				"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "offset", cm.Offset, "metadata_bytes", len(cm.Metadata))
+			cm.Metadata = offsets.Reencode(cm.Metadata, offsets.ShorterLimit(len(cm.Metadata)))
+			pending[tp] = cm
+			h.marked[tp] = cm
+			mark(sess, cm)
+		}
+		if len(pending) > 0 {
+			sess.Commit()
+		}
+	}
 }
 
 func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
@@ -80,9 +169,24 @@ func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
 			h.commitMu.Lock()
 			for _, cm := range h.c.core.Commits() {
 				mark(sess, cm)
+				h.marked[cm.TP] = cm
 			}
 			h.commitMu.Unlock()
 			sess.Commit()
+			if refused := h.c.takeRefusals(); len(refused) > 0 {
+				// The answer does not say which commit it refused:
+				// confirm the last ones. If they landed, the refused
+				// one was earlier, and they replaced it.
+				h.commitMu.Lock()
+				last := make(map[engine.TP]core.Commit)
+				for tp := range refused {
+					if cm, ok := h.marked[tp]; ok {
+						last[tp] = cm
+					}
+				}
+				h.confirm(sess, last)
+				h.commitMu.Unlock()
+			}
 			h.refreshLogEnds()
 		}
 	}
@@ -193,6 +297,7 @@ func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sara
 	if ok {
 		h.commitMu.Lock()
 		mark(sess, cm)
+		h.marked[tp], h.final[tp] = cm, cm
 		h.commitMu.Unlock()
 		if c.cfg.OnRevoked != nil {
 			c.cfg.OnRevoked(c.cfg.Group, []PartitionEvent{{

@@ -715,6 +715,23 @@ func (c *Core) commitLocked(p *part) Commit {
 	return p.lastCommit
 }
 
+// LowerMetadataLimit brings the limit of commit metadata down to limit, if
+// that is lower: metadata the broker is known to accept, after it refused
+// longer metadata. Every assignment's next commit is encoded again within
+// it. It reports whether the limit came down.
+func (c *Core) LowerMetadataLimit(limit int) bool {
+	c.lock()
+	defer c.mu.Unlock()
+	if limit >= c.cfg.MetadataLimit {
+		return false
+	}
+	c.cfg.MetadataLimit = limit
+	for _, p := range c.order {
+		p.lastGap = -1
+	}
+	return true
+}
+
 // Revoke ends tp's assignment epoch: nothing more of it is dispatched, its
 // running tasks get up to grace to finish, and the offset to commit is
 // returned. Tasks still running after grace become stale: their results are

@@ -468,3 +468,60 @@ func TestIdleLanesAreSwept(t *testing.T) {
 		t.Fatalf("%d idle lanes kept after a sweep", left)
 	}
 }
+
+// TestLowerMetadataLimit: once the limit comes down, the next commit is
+// encoded again within it, though neither its offset nor its gap changed,
+// and keeps the highest completed offsets; a higher limit changes nothing.
+func TestLowerMetadataLimit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{MaxInFlight: 10_000, Ordering: None})
+	ep := h.c.Assign(tp0, 0, "")
+	offs := make([]int64, 4000)
+	for i := range offs {
+		offs[i] = int64(i)
+	}
+	h.add(tp0, ep, nil, offs...)
+	for _, tk := range h.take() {
+		if offsetOf(tk)%3 != 0 { // 0 stays incomplete: everything above is metadata
+			h.complete(tk, nil)
+		}
+	}
+	commitOf := func() Commit {
+		for _, cm := range h.c.Commits() {
+			if cm.TP == tp0 {
+				return cm
+			}
+		}
+		t.Fatal("no commit of tp0")
+		return Commit{}
+	}
+	before := commitOf()
+	_, all, err := offsets.Decode(before.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := len(before.Metadata) / 2
+	lowered := map[string]bool{
+		"to a higher limit": h.c.LowerMetadataLimit(offsets.MaxMetadata + 1),
+		"to half":           h.c.LowerMetadataLimit(limit),
+		"to half again":     h.c.LowerMetadataLimit(limit),
+	}
+	if diff := cmp.Diff(map[string]bool{"to a higher limit": false, "to half": true, "to half again": false}, lowered); diff != "" {
+		t.Errorf("LowerMetadataLimit (-want +got):\n%s", diff)
+	}
+	after := commitOf()
+	_, kept, err := offsets.Decode(after.Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]any{
+		"offset":           after.Offset,
+		"within limit":     len(after.Metadata) <= limit,
+		"truncated":        len(kept) < len(all),
+		"kept the highest": cmp.Equal(kept, all[len(all)-len(kept):]),
+	}
+	want := map[string]any{"offset": int64(0), "within limit": true, "truncated": true, "kept the highest": true}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("commit after the limit came down (-want +got):\n%s", diff)
+	}
+}

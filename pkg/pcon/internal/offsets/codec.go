@@ -9,9 +9,10 @@ import (
 	"strings"
 )
 
-// MaxMetadata is the largest commit metadata Encode produces. Brokers reject
+// MaxMetadata is the largest commit metadata pcon writes. Brokers reject
 // larger metadata (offset.metadata.max.bytes defaults to 4096), and a
 // rejected commit would stall progress, so the encoder truncates instead.
+// A broker configured below it is met with ShorterLimit.
 const MaxMetadata = 4000
 
 // The metadata format is "pcon1" + kind + ":" + base64url(raw), where raw is
@@ -180,4 +181,31 @@ func decodeBits(base int64, p []byte) ([]int64, error) {
 		}
 	}
 	return done, nil
+}
+
+// minLimit is the smallest metadata limit worth trying: below it hardly an
+// offset fits, so the next step is no metadata at all.
+const minLimit = 64
+
+// ShorterLimit is the limit to try after a broker refused metadata of size
+// bytes as too large: half of it, or 0 (no metadata) once that is too
+// small to carry anything. Halving finds any broker limit in a few steps
+// while keeping at least half of what the broker would have taken.
+func ShorterLimit(size int) int {
+	if l := size / 2; l >= minLimit {
+		return l
+	}
+	return 0
+}
+
+// Reencode returns meta, metadata written by Encode, encoded again within
+// limit bytes, dropping its lowest offsets as Encode does. Metadata it
+// cannot decode yields "".
+func Reencode(meta string, limit int) string {
+	base, done, err := Decode(meta)
+	if err != nil {
+		return ""
+	}
+	m, _ := Encode(base, done, limit)
+	return m
 }

@@ -82,6 +82,80 @@ func TestEncodeTruncatesOldest(t *testing.T) {
 	}
 }
 
+func TestShorterLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		size int
+		want int
+	}{
+		{name: "halves", size: 4000, want: 2000},
+		{name: "halves an odd size down", size: 2671, want: 1335},
+		{name: "smallest worth trying", size: 2 * minLimit, want: minLimit},
+		{name: "too small to carry anything: none", size: 2*minLimit - 1, want: 0},
+		{name: "nothing stays nothing", size: 0, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := ShorterLimit(tt.size); got != tt.want {
+				t.Errorf("ShorterLimit(%d) = %d, want %d", tt.size, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReencode(t *testing.T) {
+	t.Parallel()
+	done := every(1, 3, 3000) // 2 bytes an offset in RLE, 3/8 in the bitset
+	full, _ := Encode(0, done, MaxMetadata)
+	tests := []struct {
+		name  string
+		meta  string
+		limit int
+		want  string // how many offsets of done remain: "all", "some" (the highest) or "none"
+	}{
+		{name: "fits already: unchanged", meta: full, limit: MaxMetadata, want: "all"},
+		{name: "shorter keeps the highest", meta: full, limit: len(full) / 2, want: "some"},
+		{name: "no room: none", meta: full, limit: 0, want: "none"},
+		{name: "foreign: none", meta: "consumer-xyz:v1", limit: MaxMetadata, want: "none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := Reencode(tt.meta, tt.limit)
+			if len(got) > tt.limit {
+				t.Fatalf("len %d > limit %d", len(got), tt.limit)
+			}
+			if got == "" {
+				if tt.want != "none" {
+					t.Fatalf("Reencode = none, want %s", tt.want)
+				}
+				return
+			}
+			base, kept, err := Decode(got)
+			if err != nil || base != 0 {
+				t.Fatalf("Decode = %d, %v", base, err)
+			}
+			var remain string
+			switch {
+			case len(kept) == len(done):
+				remain = "all"
+			case len(kept) > 0 && len(kept) < len(done):
+				remain = "some"
+			default:
+				t.Fatalf("kept %d of %d offsets", len(kept), len(done))
+			}
+			if remain != tt.want {
+				t.Errorf("kept %s (%d) of the offsets, want %s", remain, len(kept), tt.want)
+			}
+			if diff := cmp.Diff(done[len(done)-len(kept):], kept); diff != "" {
+				t.Errorf("kept are not the highest (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // FuzzCodec checks that whatever the completed set, the metadata fits the
 // limit, decodes to the highest offsets of the set, and that arbitrary
 // input never makes Decode panic.
