@@ -18,7 +18,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/stack"
 )
 
-// ScreenshotPath is where TestLivePage writes the README's screenshot when
+// ScreenshotPath is where TestLivePage writes the live page's screenshot (docs) when
 // UPDATE_SCREENSHOT=1, relative to the module root.
 const screenshotPath = "docs/live-page.png"
 
@@ -85,7 +85,7 @@ func until(expr string) chromedp.Action[chromedp.Void] {
 // browser, likes a product through the page's form and sees the count on the
 // page change within 2 s, and sees the chart split the time by stage; then kills commerce-api, sees the page say it is
 // reconnecting, restarts it and sees the page recover and follow changes
-// again. It takes the README's screenshot on the way.
+// again. It takes the docs' screenshot on the way.
 //
 //nolint:paralleltest // times the live page (a like shows within 2 s): other tests' service processes on the 2 shared cores would break it
 func TestLivePage(t *testing.T) {
@@ -193,7 +193,7 @@ func TestLivePage(t *testing.T) {
 	stageText := eval[string](t, ctx, `[...document.querySelectorAll("#stages tr")].map((tr) => tr.dataset.stage + " p50 " + tr.children[2].textContent + " p99 " + tr.children[3].textContent).join(", ")`)
 	t.Logf("stages on the page: %s", stageText)
 
-	// The screenshot; the README's once the chart has a few seconds of
+	// The screenshot; the docs' once the chart has a few seconds of
 	// history.
 	update := os.Getenv("UPDATE_SCREENSHOT") == "1"
 	if update {

@@ -17,7 +17,7 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// TestIncidentParkedRedrive is the README's incident, end to end: a deploy
+// TestIncidentParkedRedrive is the incident of docs/operations.md, end to end: a deploy
 // makes the database refuse the consumers' writes as data (a constraint),
 // so likes, the order and the views are dead-lettered for a permanent
 // reason and the scheduled reclaimer parks them at once; the dead-letter

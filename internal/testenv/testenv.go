@@ -1,6 +1,7 @@
 // Package testenv gives tests real infrastructure: a fresh PostgreSQL database
 // per test cloned from a template migrated once, a private Redis database, and
-// an in-process Kafka-protocol cluster.
+// topics of their own on Apache Kafka's broker (kafka.go), or a broker of
+// their own; kfake only for the faults it alone injects.
 //
 // PostgreSQL comes from TEST_DATABASE_URL when it is set (scripts/testenv.sh,
 // run by `make test`, sets it, starting the machine's server if needed); else

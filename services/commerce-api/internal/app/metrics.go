@@ -20,7 +20,7 @@ type notifyQueue struct {
 func newNotifyQueue(usage func(ctx context.Context) (float64, error), log *slog.Logger) *notifyQueue {
 	return &notifyQueue{usage: usage, log: log, desc: prometheus.NewDesc(
 		"commerce_api_pg_notify_queue_usage",
-		"Fraction of PostgreSQL's NOTIFY queue in use (pg_notification_queue_usage()); at 1 every outbox insert fails.",
+		"Fraction of PostgreSQL's NOTIFY queue in use (pg_notification_queue_usage()); at 1 the relay's wake-ups fail and it reads new events by its poll only.",
 		nil, nil)}
 }
 
