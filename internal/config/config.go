@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,11 +18,11 @@ import (
 // needs to know of it.
 type Var struct {
 	Name     string
-	Kind     string // the Loader method that read it: String, Required, URL, Duration, PositiveInt, List
+	Kind     string // the Loader method that read it: String, Required, URL, Duration, PositiveInt, List, Bool, OneOf, Secret
 	Default  string // as the variable would spell it; "" when there is none
 	Required bool
-	// Allowed lists the URL schemes (URL) or the items (List) accepted; empty
-	// when anything is.
+	// Allowed lists the URL schemes (URL), the items (List) or the values
+	// (OneOf) accepted; empty when anything is.
 	Allowed []string `json:",omitempty"`
 }
 
@@ -48,6 +49,18 @@ func (l *Loader) Err() error { return errors.Join(l.errs...) }
 
 // Vars lists the variables read, in order.
 func (l *Loader) Vars() []Var { return append([]Var(nil), l.vars...) }
+
+// Failed reports whether a problem with the variable name was recorded, so
+// that a caller's own checks need not pile a second error on a value the
+// Loader refused already.
+func (l *Loader) Failed(name string) bool {
+	for _, err := range l.errs {
+		if strings.HasPrefix(err.Error(), name+": ") {
+			return true
+		}
+	}
+	return false
+}
 
 // Fail records a problem with a variable found by the caller's own checks.
 func (l *Loader) Fail(name, format string, args ...any) {
@@ -89,11 +102,49 @@ func (l *Loader) Required(name string) string {
 }
 
 // URL returns a required variable that must parse as a URL with one of the
-// given schemes.
+// given schemes. A URL carries credentials, so it may come from a file
+// instead: NAME_FILE names a file holding it (a Kubernetes Secret mounted
+// as a file; one trailing newline is ignored), and exactly one of the two
+// must be set. Errors never quote a password the URL holds.
 func (l *Loader) URL(name string, schemes ...string) string {
-	v, ok := l.get("URL", name, "", true, schemes...)
-	if !ok {
-		return v
+	return l.url(name, true, schemes)
+}
+
+// OptionalURL is URL for a variable that may be left unset (and its file
+// too): "" then.
+func (l *Loader) OptionalURL(name string, schemes ...string) string {
+	return l.url(name, false, schemes)
+}
+
+// FileSuffix ends the name of the variable that names a file holding
+// another variable's value.
+const FileSuffix = "_FILE"
+
+func (l *Loader) url(name string, required bool, schemes []string) string {
+	v, ok := l.get("URL", name, "", false, schemes...)
+	l.vars[len(l.vars)-1].Required = required
+	file := name + FileSuffix
+	path, fromFile := l.get("File", file, "", false)
+	switch {
+	case ok && fromFile:
+		l.Fail(name+" / "+file, "set one of them, not both")
+		return ""
+	case fromFile:
+		b, err := os.ReadFile(path)
+		if err != nil {
+			l.Fail(file, "%v", err)
+			return ""
+		}
+		if v = strings.TrimSpace(TrimNewline(string(b))); v == "" {
+			l.Fail(file, "%s is empty", path)
+			return ""
+		}
+		name = file // errors about the value name where it came from
+	case !ok:
+		if required {
+			l.Fail(name, "is required (or %s, a file holding it)", file)
+		}
+		return ""
 	}
 	u, err := url.Parse(v)
 	if err != nil || u.Host == "" && u.Opaque == "" {
@@ -169,6 +220,35 @@ func (l *Loader) List(name string, def []string, allowed ...string) []string {
 		l.Fail(name, "must list at least one item")
 	}
 	return out
+}
+
+// Bool returns true or false as strconv.ParseBool reads them (true, false,
+// 1, 0, t, f in any case), or def when the variable is unset or empty.
+func (l *Loader) Bool(name string, def bool) bool {
+	v, ok := l.get("Bool", name, strconv.FormatBool(def), false)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		l.Fail(name, "must be true or false, got %q", v)
+		return def
+	}
+	return b
+}
+
+// OneOf returns the variable, which must be one of allowed, or def when it
+// is unset or empty.
+func (l *Loader) OneOf(name, def string, allowed ...string) string {
+	v, ok := l.get("OneOf", name, def, false, allowed...)
+	if !ok {
+		return def
+	}
+	if !contains(allowed, v) {
+		l.Fail(name, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+		return def
+	}
+	return v
 }
 
 func contains(s []string, v string) bool {

@@ -1,6 +1,8 @@
 package config_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,9 +94,67 @@ func TestVarsRecordsWhatWasRead(t *testing.T) {
 	l.PositiveInt("G", 3)
 	l.String("H", "h")
 	want := []config.Var{{Name: "A", Kind: "Required", Required: true}, {Name: "B", Kind: "Duration", Default: "1s"}, {Name: "C", Kind: "List", Required: true},
-		{Name: "D", Kind: "URL", Required: true, Allowed: []string{"postgres", "postgresql"}}, {Name: "E", Kind: "List", Default: "x", Allowed: []string{"x", "y"}},
+		{Name: "D", Kind: "URL", Required: true, Allowed: []string{"postgres", "postgresql"}}, {Name: "D_FILE", Kind: "File"},
+		{Name: "E", Kind: "List", Default: "x", Allowed: []string{"x", "y"}},
 		{Name: "F", Kind: "String", Default: "hostname()"}, {Name: "G", Kind: "PositiveInt", Default: "3"}, {Name: "H", Kind: "String", Default: "h"}}
 	if diff := cmp.Diff(want, l.Vars()); diff != "" {
 		t.Errorf("Vars() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestURLFromFile: a URL, which carries a password, may come from the file
+// NAME_FILE names (a mounted Secret), one of the two and not both; errors
+// name the variable and never quote the password.
+func TestURLFromFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "postgres://app:s3cret@db:5432/app?sslmode=verify-full\n")
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		optional bool
+		want     string
+		wantErr  string
+	}{
+		{name: "from the file", env: map[string]string{"DB_FILE": good}, want: "postgres://app:s3cret@db:5432/app?sslmode=verify-full"},
+		{name: "from the variable", env: map[string]string{"DB": "postgres://db/app"}, want: "postgres://db/app"},
+		{name: "both", env: map[string]string{"DB": "postgres://db/app", "DB_FILE": good}, wantErr: "DB / DB_FILE: set one of them, not both"},
+		{name: "neither", env: map[string]string{}, wantErr: "DB: is required (or DB_FILE, a file holding it)"},
+		{name: "neither, optional", env: map[string]string{}, optional: true, want: ""},
+		{name: "no such file", env: map[string]string{"DB_FILE": filepath.Join(dir, "missing")}, wantErr: "DB_FILE: open"},
+		{name: "an empty file", env: map[string]string{"DB_FILE": write("empty", "\n")}, wantErr: "DB_FILE: " + filepath.Join(dir, "empty") + " is empty"},
+		{name: "a wrong scheme in the file", env: map[string]string{"DB_FILE": write("mysql", "mysql://u:pw@h/db")}, wantErr: `DB_FILE: scheme must be one of postgres, got "mysql"`},
+		{name: "not a URL, password hidden", env: map[string]string{"DB_FILE": write("bad", "postgres://u:hunter2@/")}, wantErr: "DB_FILE: must be a URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := config.New(config.FromMap(tc.env))
+			var got string
+			if tc.optional {
+				got = l.OptionalURL("DB", "postgres")
+			} else {
+				got = l.URL("DB", "postgres")
+			}
+			err := l.Err()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "s3cret") {
+					t.Errorf("the error shows a password: %v", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }

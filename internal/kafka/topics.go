@@ -59,7 +59,7 @@ func (s Settings) CreateTopics(ctx context.Context, specs []TopicSpec) error {
 	defer client.Close()
 	admin, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
-		return fmt.Errorf("Kafka admin: %w", err)
+		return fmt.Errorf("kafka admin: %w", err)
 	}
 	// Closing the admin would close the shared client twice; the deferred
 	// client.Close releases both.

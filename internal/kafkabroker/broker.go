@@ -77,6 +77,35 @@ type Options struct {
 	// StartTimeout bounds how long Start waits for the cluster (2 minutes
 	// when zero).
 	StartTimeout time.Duration
+	// SCRAMUsers are SCRAM credentials written into the cluster's metadata
+	// when its storage is formatted (kafka-storage format --add-scram), so
+	// they exist before the first client connects. A Dir that holds a
+	// cluster already keeps the credentials it was formatted with.
+	SCRAMUsers []SCRAMUser
+}
+
+// SCRAMUser is one SCRAM credential: a user and its password under one
+// mechanism (a user who may log in with both needs an entry for each).
+type SCRAMUser struct {
+	// Mechanism is SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	Name      string
+	// Password may hold any character but a double quote or a backslash
+	// (the format tool's quoting has no escape for them).
+	Password string
+}
+
+// formatArg is the user's --add-scram argument of kafka-storage format.
+func (u SCRAMUser) formatArg() (string, error) {
+	if u.Mechanism != "SCRAM-SHA-256" && u.Mechanism != "SCRAM-SHA-512" {
+		return "", fmt.Errorf("kafkabroker: SCRAM user %q: mechanism %q, want SCRAM-SHA-256 or SCRAM-SHA-512", u.Name, u.Mechanism)
+	}
+	for _, v := range []string{u.Name, u.Password} {
+		if v == "" || strings.ContainsAny(v, "\\\"") {
+			return "", fmt.Errorf("kafkabroker: SCRAM user %q: a name and a password without \\ or \" are required", u.Name)
+		}
+	}
+	return fmt.Sprintf("%s=[name=%q,password=%q]", u.Mechanism, u.Name, u.Password), nil
 }
 
 // Cluster is a running set of nodes.
@@ -215,15 +244,23 @@ func listenerNames(ls []Listener) []string {
 // format formats every node's storage that is not formatted yet, the nodes
 // in parallel (each is a JVM start).
 func (c *Cluster) format(ctx context.Context) error {
+	var scramArgs []string
+	for _, u := range c.opts.SCRAMUsers {
+		arg, err := u.formatArg()
+		if err != nil {
+			return err
+		}
+		scramArgs = append(scramArgs, "--add-scram", arg)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(c.nodes))
 	for i, n := range c.nodes {
 		if _, err := os.Stat(filepath.Join(n.dir, "data", "meta.properties")); err == nil {
 			continue
 		}
+		args := append([]string{"-cp", c.classpath, "kafka.tools.StorageTool", "format", "-t", c.clusterID, "-c", n.configPath(), "--ignore-formatted"}, scramArgs...)
 		wg.Go(func() {
-			cmd := exec.CommandContext(ctx, "java", "-cp", c.classpath, "kafka.tools.StorageTool",
-				"format", "-t", c.clusterID, "-c", n.configPath(), "--ignore-formatted")
+			cmd := exec.CommandContext(ctx, "java", args...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("kafkabroker: format node %d: %w\n%s", n.id, err, out)
 			}

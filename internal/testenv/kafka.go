@@ -20,7 +20,7 @@ import (
 // BrokerProps are the settings of every broker the tests start, on top of
 // Apache Kafka's defaults:
 //   - no initial rebalance delay (Kafka's own config/server.properties and
-//     compose ship 0 too; TestInitialRebalanceDelay runs the 3 s default),
+//     compose ship 0 too; TestTwoInstancesUnderInitialRebalanceDelay runs the 3 s default),
 //   - session timeouts down to 500 ms, so that a test can have a dead
 //     member noticed in a second or two instead of the 6 s minimum,
 //   - retention enforced every second from the start (the first check
