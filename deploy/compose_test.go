@@ -205,8 +205,10 @@ func checkEnv(t *testing.T, prog string, set map[string]string) {
 		}
 	}
 	for name, v := range vars {
-		if _, ok := set[name]; v.Required && !ok {
-			t.Errorf("%s requires %s, which is not set", prog, name)
+		_, ok := set[name]
+		_, fromFile := set[name+config.FileSuffix]
+		if v.Required && !ok && !fromFile {
+			t.Errorf("%s requires %s (or %s), which is not set", prog, name, name+config.FileSuffix)
 		}
 	}
 }
@@ -233,6 +235,16 @@ func checkValue(v config.Var, value string) string {
 				return "unknown item " + item
 			}
 		}
+	case "Bool":
+		if _, err := strconv.ParseBool(value); err != nil {
+			return "want true or false"
+		}
+	case "OneOf":
+		if !slices.Contains(v.Allowed, value) {
+			return "want one of " + strings.Join(v.Allowed, ", ")
+		}
+	case "Secret":
+		return "a secret in the file itself: give it through a file (the _FILE variable) or an environment outside the repository"
 	}
 	return ""
 }

@@ -70,10 +70,15 @@ func topicsFlag(v string) ([]string, error) {
 // pipeline's names; the reclaimer works on their names on the cluster);
 // lock, when set, excludes the scheduled reclaimers (and other pipelinectl
 // runs) from each partition this one takes.
-func (e env) reclaimer(src source, topics []string, minIdle, horizon time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
+func (e env) reclaimer(ctx context.Context, src source, topics []string, minIdle, horizon time.Duration, count, maxRedrives int, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	k, err := e.kafka()
 	if err != nil {
 		return nil, err
+	}
+	// A wrong password or CA fails here, naming the variable, instead of
+	// as a timeout deep in a pass.
+	if err := k.Check(ctx); err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
 	}
 	if src.parked {
 		maxRedrives = math.MaxInt // a parked record goes back whatever its count
@@ -128,7 +133,7 @@ func list(fs *flag.FlagSet, src source) func(context.Context, env, output, []str
 		if err != nil {
 			return err
 		}
-		r, err := e.reclaimer(src, topics, 0, *horizon, 1, *maxRedrives, nil) // reads only
+		r, err := e.reclaimer(ctx, src, topics, 0, *horizon, 1, *maxRedrives, nil) // reads only
 		if err != nil {
 			return err
 		}
@@ -186,7 +191,7 @@ func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []
 			return err
 		}
 		defer locks.Close()
-		r, err := e.reclaimer(src, topics, *olderThan, *horizon, *limit, *maxRedrives, reclaim.PGLock(locks))
+		r, err := e.reclaimer(ctx, src, topics, *olderThan, *horizon, *limit, *maxRedrives, reclaim.PGLock(locks))
 		if err != nil {
 			return err
 		}

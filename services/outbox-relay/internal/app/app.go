@@ -28,6 +28,9 @@ import (
 // the process's GC target to cfg.GCPercent.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
 	debug.SetGCPercent(cfg.GCPercent)
+	if err := cfg.Kafka.CheckAtStart(ctx, logger); err != nil {
+		return err
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		return err
@@ -78,3 +81,4 @@ func adminHandler(reg *prometheus.Registry, st *store.Store, pub *publisher.Publ
 	}, httpserver.WithLogger(logger))
 	return withRole(mux, svc.Leading)
 }
+

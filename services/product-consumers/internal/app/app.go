@@ -39,6 +39,14 @@ const revokeGrace = 5 * time.Second
 // completed and leaves its group. adminReady, when not nil, receives the
 // admin server's address once it listens.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
+	if err := cfg.Kafka.CheckAtStart(ctx, logger); err != nil {
+		return err
+	}
+	if cfg.Reclaim.Enabled && cfg.Reclaimer.Role != "" {
+		if err := cfg.Reclaimer.CheckAtStart(ctx, logger.With("component", "reclaimer")); err != nil {
+			return err
+		}
+	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
 		return fmt.Errorf("open database: %w", err)
@@ -188,7 +196,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 // records its own handlers will take back.
 func newReclaimer(cfg Config, topics []string, logger *slog.Logger, reg prometheus.Registerer, lock reclaim.Locker) (*reclaim.Reclaimer, error) {
 	r, err := reclaim.New(reclaim.Config{
-		Kafka: cfg.Kafka, ClientID: "product-consumers-reclaimer",
+		Kafka: cfg.Reclaimer, ClientID: "product-consumers-reclaimer",
 		Topics: topics, DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: cfg.Kafka.Group(reclaim.Group),
 		MinIdle: cfg.Reclaim.MinIdle, Count: cfg.Reclaim.Count, MaxRedrives: cfg.Reclaim.MaxRedrives,
 		// The consumers' own horizon: what they would skip is parked as

@@ -60,6 +60,7 @@ func TestLoadConfig(t *testing.T) {
 		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 		{"prefix", with("KAFKA_PREFIX", "staging."), ""},
 		{"prefix with a slash", with("KAFKA_PREFIX", "staging/"), `KAFKA_PREFIX: must be at most 200 of the characters a-z A-Z 0-9 . _ -, got "staging/"`},
+		{"a reclaimer password without SASL", with("KAFKA_RECLAIMER_SASL_PASSWORD", "x"), "KAFKA_RECLAIMER_SASL_PASSWORD: is set but KAFKA_SASL_MECHANISM is empty"},
 	}
 	hostname, _ := os.Hostname()
 	for _, tc := range tests {
@@ -77,6 +78,9 @@ func TestLoadConfig(t *testing.T) {
 					InstanceID: hostname, HandlerTimeout: 30 * time.Second, HorizonMargin: time.Hour,
 					Cluster: cluster.Defaults(cluster.DefaultNodeID()),
 					Reclaim: app.Reclaim{Enabled: true, Interval: time.Minute, MinIdle: 5 * time.Minute, Count: 100, MaxRedrives: 3}}
+				// Without KAFKA_RECLAIMER_* the reclaimer reaches Kafka as
+				// the consumers do.
+				want.Reclaimer = want.Kafka
 				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
 					want.InstanceID = id
 				}

@@ -16,7 +16,11 @@ import (
 type Config struct {
 	DatabaseURL      string
 	DB               pg.Options     // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
-	Kafka            kafka.Settings // KAFKA_BROKERS, KAFKA_PREFIX
+	Kafka            kafka.Settings // KAFKA_*
+	// Reclaimer is how the DLT reclaimer reaches Kafka: the consumers'
+	// settings, with credentials of its own when KAFKA_RECLAIMER_* are set
+	// (it writes the event topics, which the consumers' principal may not).
+	Reclaimer kafka.Settings
 	RedisURL         string
 	AdminAddr        string
 	Consumers        []string
@@ -91,6 +95,7 @@ func Load(l *config.Loader) Config {
 		c.InstanceID = ""
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
+	c.Reclaimer = kafka.LoadRole(l, c.Kafka, "RECLAIMER")
 	return c
 }
 
