@@ -292,13 +292,16 @@ func SetTopicConfig(t testing.TB, brokers []string, topic string, entries map[st
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		got, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic})
+		res, err := admin.DescribeConfigs([]*sarama.ConfigResource{{Type: sarama.TopicResource, Name: topic}}, sarama.DescribeConfigsOptions{})
+		if err == nil && len(res) == 1 && res[0].ErrorCode != sarama.ErrNoError {
+			err = res[0].ErrorCode
+		}
 		if err != nil {
 			t.Fatalf("testenv: describe %s: %v", topic, err)
 		}
 		applied := true
 		for k, v := range entries {
-			for _, e := range got {
+			for _, e := range res[0].Configs {
 				if e.Name == k && (v == nil && e.Source == sarama.SourceTopic || v != nil && e.Value != *v) {
 					applied = false
 				}

@@ -81,4 +81,3 @@ func adminHandler(reg *prometheus.Registry, st *store.Store, pub *publisher.Publ
 	}, httpserver.WithLogger(logger))
 	return withRole(mux, svc.Leading)
 }
-

@@ -68,6 +68,13 @@ func Unpublishable(err error) bool {
 	return false
 }
 
+// TooLarge reports whether err is the broker's refusal of a record or a
+// batch as too large. The producer fails a refused batch as a whole, so a
+// record refused with others may be innocent.
+func TooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
 // Publisher wraps one idempotent producer shared by every batch.
 //
 // The producer is franz-go's, not sarama's, for one property the relay's
@@ -92,19 +99,26 @@ type result struct {
 
 // Options returns the producer's client options: the brokers, acks from
 // every in-sync replica, idempotence (franz-go's default: records are
-// retried until they succeed or may be failed without a gap), no linger (a
-// batch goes out as soon as the previous request to its broker is
-// answered), keys placed on partitions exactly as sarama's hash partitioner
-// placed them (FNV-1a), so that events of an aggregate published before and
-// after an upgrade share a partition, and sendTimeout both as the broker's
-// wait for its replicas and as how long a record may wait to be sent.
+// retried until they succeed), no linger (a batch goes out as soon as the
+// previous request to its broker is answered), keys placed on partitions
+// exactly as sarama's hash partitioner placed them (FNV-1a), so that events
+// of an aggregate published before and after an upgrade share a partition,
+// sendTimeout as the broker's wait for its replicas, and a request given up
+// on 3 s after that (a broker that hangs), to be retried on the partition's
+// leader then.
 func Options(k kafka.Settings, sendTimeout time.Duration) []kgo.Opt {
 	return append(k.ClientOptions("outbox-relay"),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
 		kgo.ProduceRequestTimeout(sendTimeout),
-		kgo.RecordDeliveryTimeout(sendTimeout),
+		// No delivery timeout: a record the producer gave up on for time
+		// would take the records buffered behind it with it, but a record
+		// fed after that would go out at once, ahead of the retry of the
+		// ones before it (the three-broker fault test saw it). Records are
+		// retried until the cluster answers; the relay's own wait gives up
+		// on them (ErrSendTimeout) and retries the head, in order.
+		kgo.RequestTimeoutOverhead(3*time.Second),
 		kgo.MaxBufferedRecords(100_000),
 	)
 }
@@ -223,9 +237,9 @@ func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
 			results <- result{index: i, err: err, at: time.Now()}
 		})
 	}
-	// The producer fails a record it may fail without a gap once the send
-	// timeout passed; one already sent and not yet answered it keeps. The
-	// waiter gives that one a second timeout before it reports it missing.
+	// The producer retries a record until the cluster answers; the waiter
+	// reports it missing (ErrSendTimeout, retriable) after twice the send
+	// timeout: the broker's wait for its replicas and a retry.
 	pd.deadline = time.Now().Add(2 * p.sendTimeout)
 	return pd
 }

@@ -2,6 +2,10 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -290,4 +294,42 @@ func TestTypeUnknownToTheRegistryIsPublished(t *testing.T) {
 	if failed := env.FailedIDs(t); len(failed) != 0 {
 		t.Errorf("outbox_failed = %v, want empty", failed)
 	}
+}
+
+// TestOnlyTheRecordTooLargeFails: the broker refuses a produce batch as a
+// whole when it is too large, and the producer fails every record of it;
+// the one record too large moves to outbox_failed, and its batch-mates are
+// sent again, alone where needed, and published in order.
+func TestOnlyTheRecordTooLargeFails(t *testing.T) {
+	t.Parallel()
+	env, n := leader(t)
+	limit := "20000"
+	testenv.SetTopicConfig(t, env.Kafka.Brokers, env.Topic("like-events"), map[string]*string{"max.message.bytes": &limit})
+	var rows []relaytest.Row
+	rows = append(rows, insertCommitted(t, env, likes(8, "a", "b", "c", "d", "e")...)...)
+	big := env.InsertRecord(t, env.Pool, events.Record{Type: "loopers.like.huge.v1", AggregateType: "Product", AggregateID: "8",
+		Data: []byte(`{"pad":"` + randomHex(t, 100_000) + `"}`)}, time.Time{}) // past the limit even compressed
+	rows = append(rows, insertCommitted(t, env, likes(8, "f", "g", "h", "i", "j")...)...)
+	passUntil(t, n, env, rows[len(rows)-1].ID)
+	// The refused batches held small records too: they were retried, not
+	// failed.
+	if !slices.Contains(n.logs.messages("INFO"), "message marked for retry") {
+		t.Error("no record was retried: the big record never shared a refused batch, so the test did not test that")
+	}
+	if diff := cmp.Diff([]int64{big.ID}, slices.Sorted(maps.Keys(env.FailedIDs(t)))); diff != "" {
+		t.Errorf("outbox_failed (-want +got):\n%s", diff)
+	}
+	recs := env.Records(t, len(rows), 10*time.Second)
+	if diff := cmp.Diff(ids(rows), sequences(recs)); diff != "" {
+		t.Errorf("published sequences in log order (-want +got):\n%s", diff)
+	}
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }

@@ -53,6 +53,12 @@ type Relay struct {
 		cursor, token int64
 		ok            bool
 	}
+	// alone holds the rows whose record the broker refused as too large
+	// while it travelled with others: the producer fails a refused batch
+	// as a whole, so any of its records may be the one too large. Each is
+	// sent alone next, and blamed only if it fails alone. Only the pass
+	// (one at a time) reads and writes it.
+	alone map[int64]bool
 
 	// beforeAdvance, when set by a test, runs before each cursor update: it
 	// stands for a process paused between publishing and confirming.
@@ -68,7 +74,8 @@ func NewRelay(cfg Config, st *store.Store, pub *publisher.Publisher, elector *le
 		return nil, fmt.Errorf("relay: batch size, retry interval and max age must be positive, got %d, %s, %s",
 			cfg.BatchSize, cfg.RetryInterval, cfg.MaxAge)
 	}
-	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1)}, nil
+	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1),
+		alone: map[int64]bool{}}, nil
 }
 
 // Notify tells a running pass that rows were committed since it last read:
@@ -272,6 +279,9 @@ type inflight struct {
 	pending *publisher.Pending // the batch in the producer
 	errs    []error            // the outcome of each row
 	newGap  bool               // the prefix ends at a gap first seen in this read
+	// alone: the batch is one record, the first of its pass, so nothing
+	// else shares its produce request and its refusal is its own.
+	alone bool
 }
 
 // prepare takes the sendable prefix of b, read after id `after`, and hands it
@@ -279,6 +289,9 @@ type inflight struct {
 func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *inflight) *inflight {
 	r.gaps.recorded = false
 	rows := r.sendable(ctx, after, b)
+	if prev == nil && len(rows) > 0 && r.alone[rows[0].ID] {
+		rows = rows[:1]
+	}
 	msgs := make([]publisher.Message, len(rows))
 	for i, row := range rows {
 		msgs[i] = publisher.Message{
@@ -286,7 +299,8 @@ func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *i
 			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
 		}
 	}
-	in := &inflight{batch: b, rows: rows, fed: make(chan struct{}), acked: make(chan struct{}), newGap: r.gaps.recorded}
+	in := &inflight{batch: b, rows: rows, fed: make(chan struct{}), acked: make(chan struct{}), newGap: r.gaps.recorded,
+		alone: prev == nil && len(rows) == 1}
 	// Mapping to CloudEvents records is the costly step; it runs while the
 	// previous batch is being confirmed. Feeding the producer waits for the
 	// previous batch to be fed, so records enter it in id order.
@@ -445,9 +459,18 @@ func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult,
 	)
 	for i, row := range rows {
 		err := errs[i]
+		if in.alone || err == nil || !publisher.Unpublishable(err) {
+			delete(r.alone, row.ID)
+		}
 		switch {
 		case err == nil:
 			published = append(published, i)
+		case publisher.TooLarge(err) && !in.alone:
+			// Refused with the records it travelled with: send it alone
+			// to learn whether it is the one too large (the others behind
+			// it are not confirmed either, and go again after it).
+			r.alone[row.ID] = true
+			hol, holErr = &rows[i], err
 		case publisher.Unpublishable(err):
 			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, service.ErrKey, err)
 			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})

@@ -14,13 +14,13 @@ import (
 
 // Config is product-consumers' configuration, read from the environment.
 type Config struct {
-	DatabaseURL      string
-	DB               pg.Options     // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
-	Kafka            kafka.Settings // KAFKA_*
+	DatabaseURL string
+	DB          pg.Options     // DB_MAX_CONNS, DB_STATEMENT_TIMEOUT
+	Kafka       kafka.Settings // KAFKA_*
 	// Reclaimer is how the DLT reclaimer reaches Kafka: the consumers'
 	// settings, with credentials of its own when KAFKA_RECLAIMER_* are set
 	// (it writes the event topics, which the consumers' principal may not).
-	Reclaimer kafka.Settings
+	Reclaimer        kafka.Settings
 	RedisURL         string
 	AdminAddr        string
 	Consumers        []string
