@@ -30,12 +30,16 @@ help: ## list the targets
 test: ## run every test (with -race) against real PostgreSQL, Redis and Apache Kafka
 	@$(TESTENV_TESTS) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-lint: ## go mod tidy is a no-op, then golangci-lint with .golangci.yml
+lint: ## go mod tidy is a no-op, golangci-lint with .golangci.yml, and the OpenAPI document against Redocly's recommended rules
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
 	@v=$$($(GOLANGCI_LINT) version --short 2>/dev/null); [ "v$${v#v}" = "$(GOLANGCI_LINT_VERSION)" ] || \
 		{ echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into .bin/"; \
 		  GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); }
 	$(GOLANGCI_LINT) run ./...
+	@command -v npm >/dev/null 2>&1 || { echo "make lint needs Node.js 20.19+ and npm (the OpenAPI linter)" >&2; exit 1; }
+	@cd tools/redocly && npm ci --no-audit --no-fund --silent
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true tools/redocly/node_modules/.bin/redocly lint \
+		--extends=recommended services/commerce-api/internal/api/openapi.yaml
 
 migrate: ## apply the schema migrations to DATABASE_URL
 	$(GO) run ./cmd/migrate

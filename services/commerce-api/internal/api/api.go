@@ -19,6 +19,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/web"
@@ -28,9 +29,6 @@ import (
 //
 //go:embed openapi.yaml
 var OpenAPI []byte
-
-// UserHeader carries the acting user's id.
-const UserHeader = "X-User-ID"
 
 // ProductCache caches product detail bodies (cache-aside, with the
 // invalidation protocol of internal/productcache). Its errors never fail a
@@ -60,6 +58,10 @@ type Deps struct {
 	Stream *stream.Hub
 	// Cluster, when set, serves GET /api/v1/cluster on the admin handler.
 	Cluster ClusterView
+	// Auth, when set, is jwt mode: the acting user comes from a verified
+	// bearer token and creating products needs the admin role. nil is
+	// header mode: the acting user is X-User-ID as sent.
+	Auth *auth.Verifier
 }
 
 type server struct {
@@ -67,6 +69,7 @@ type server struct {
 	cache ProductCache
 	log   *slog.Logger
 	hub   *stream.Hub
+	auth  *auth.Verifier // nil in header mode
 }
 
 // NewHandler returns the service's public HTTP handler: the API under
@@ -80,7 +83,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream}
+	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream, auth: d.Auth}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
 	// Set before any route, so that every sub-router inherits them.
@@ -93,7 +96,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	// The stream lives as long as its client: it is the one route outside
 	// the request deadline (its writes carry their own, per frame). It is
 	// registered before the deadline's group, on the same path prefix.
-	r.Get("/api/v1/stream", s.handle(s.streamEvents))
+	r.Get("/api/v1/stream", s.handle(s.guard(anyone, s.streamEvents)))
 	r.Group(func(r chi.Router) {
 		if d.RequestTimeout > 0 {
 			// After the metrics middleware, which must see the client's
@@ -139,14 +142,15 @@ func (s *server) routes(r chi.Router, d Deps) {
 	r.Get("/", web.Index)
 	r.Handle("/static/*", web.Static())
 	r.Route("/api/v1", func(r chi.Router) {
-		r.Post("/products", s.handle(s.createProduct))
-		r.Get("/products", s.handle(s.listProducts))
-		r.Get("/products/{id}", s.handle(s.getProduct))
-		r.Post("/products/{id}/likes", s.handle(s.like))
-		r.Delete("/products/{id}/likes", s.handle(s.unlike))
-		r.Post("/orders", s.handle(s.createOrder))
-		r.Get("/orders/{id}", s.handle(s.getOrder))
-		r.Post("/orders/{id}/payments", s.handle(s.pay))
+		r.Get("/config", s.handle(s.guard(anyone, s.publicConfig)))
+		r.Post("/products", s.handle(s.guard(admin, s.createProduct)))
+		r.Get("/products", s.handle(s.guard(anyone, s.listProducts)))
+		r.Get("/products/{id}", s.handle(s.guard(anyone, s.getProduct)))
+		r.Post("/products/{id}/likes", s.handle(s.guard(aUser, s.like)))
+		r.Delete("/products/{id}/likes", s.handle(s.guard(aUser, s.unlike)))
+		r.Post("/orders", s.handle(s.guard(aUser, s.createOrder)))
+		r.Get("/orders/{id}", s.handle(s.guard(aUser, s.getOrder)))
+		r.Post("/orders/{id}/payments", s.handle(s.guard(aUser, s.pay)))
 	})
 }
 
@@ -177,23 +181,6 @@ func deadline(d time.Duration) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
-}
-
-// user returns the acting user; "" when the header is absent and not
-// required. A present header must follow the user id rule of package events
-// (the consumers apply the same rule to the events it ends up in).
-func user(r *http.Request, required bool) (string, error) {
-	u := r.Header.Get(UserHeader)
-	switch {
-	case u == "" && required:
-		return "", errNoUser
-	case u == "":
-		return "", nil
-	}
-	if err := events.ValidateUserID(u); err != nil {
-		return "", &ValidationError{Fields: []FieldError{{Pointer: UserHeader, Detail: "is invalid: " + err.Error()}}}
-	}
-	return u, nil
 }
 
 // pathID returns the positive integer path parameter id, written in

@@ -48,7 +48,7 @@ func toOrderJSON(o store.Order) orderJSON {
 }
 
 func (s *server) createOrder(w http.ResponseWriter, r *http.Request) error {
-	u, err := user(r, true)
+	u, err := s.actor(r, true)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func orderItems(o *object) []store.ItemRequest {
 }
 
 func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
-	id, u, err := orderRequest(r)
+	id, u, err := s.orderRequest(r)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *server) getOrder(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
-	id, u, err := orderRequest(r)
+	id, u, err := s.orderRequest(r)
 	if err != nil {
 		return err
 	}
@@ -133,11 +133,11 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, paymentJSON{OrderID: p.OrderID, PaymentID: p.ID, Status: store.StatusPaid, Amount: p.Amount})
 }
 
-func orderRequest(r *http.Request) (int64, string, error) {
+func (s *server) orderRequest(r *http.Request) (int64, string, error) {
 	id, err := pathID(r)
 	if err != nil {
 		return 0, "", err
 	}
-	u, err := user(r, true)
+	u, err := s.actor(r, true)
 	return id, u, err
 }

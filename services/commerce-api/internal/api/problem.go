@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
@@ -31,6 +32,8 @@ type Problem struct {
 	ErrorsOmitted int `json:"errorsOmitted,omitempty"`
 	// retryAfter, in seconds, is sent as the Retry-After header when > 0.
 	retryAfter int
+	// challenge is sent as the WWW-Authenticate header when not "".
+	challenge string
 }
 
 // MaxFieldErrors is the most field problems one response lists; the rest
@@ -103,8 +106,13 @@ func problemFor(err error) Problem {
 		verr   *ValidationError
 		rerr   *requestError
 		maxErr *http.MaxBytesError
+		aerr   *auth.Error
 	)
 	switch {
+	case errors.As(err, &aerr):
+		p := newProblem(aerr.Status, authSlug(aerr), aerr.Detail, nil)
+		p.challenge, p.retryAfter = aerr.Challenge(), aerr.RetryAfter
+		return p
 	case errors.As(err, &verr):
 		p := newProblem(http.StatusBadRequest, "validation", verr.Error()+"; see errors", verr.Fields)
 		if verr.Omitted > 0 {
@@ -148,6 +156,21 @@ var slugs = map[int]string{
 	http.StatusServiceUnavailable:   "unavailable",
 }
 
+// authSlug names the problem type of a refused credential.
+func authSlug(e *auth.Error) string {
+	switch {
+	case e.Status == http.StatusServiceUnavailable:
+		return "auth-unavailable"
+	case e.Status == http.StatusForbidden:
+		return "forbidden"
+	case e.Code == "invalid_token":
+		return "invalid-token"
+	case e.Code == "invalid_request":
+		return "invalid-authorization"
+	}
+	return "unauthorized"
+}
+
 func newProblem(status int, slug, detail string, fields []FieldError) Problem {
 	return Problem{Type: ProblemTypeBase + slug, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
 }
@@ -165,6 +188,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	w.Header().Set("Content-Type", ProblemContentType)
 	if p.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	if p.challenge != "" {
+		w.Header().Set("WWW-Authenticate", p.challenge)
 	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)

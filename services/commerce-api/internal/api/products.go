@@ -102,7 +102,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	viewer, err := user(r, false)
+	viewer, err := s.actor(r, false)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func (s *server) setLike(w http.ResponseWriter, r *http.Request, liked bool,
 	if err != nil {
 		return err
 	}
-	u, err := user(r, true)
+	u, err := s.actor(r, true)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
@@ -65,6 +66,32 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		}
 		deps.Cache = c
 	}
+	switch cfg.Auth.Mode {
+	case auth.ModeJWT:
+		// The key set's reads end with Run, before it returns.
+		authCtx, stopAuth := context.WithCancel(ctx)
+		var refresher sync.WaitGroup
+		defer refresher.Wait()
+		defer stopAuth()
+		v, err := auth.New(authCtx, cfg.Auth, nil, logger)
+		if err != nil {
+			return err
+		}
+		if err := v.Register(reg); err != nil {
+			return err
+		}
+		// Unready while no key set could be read: every token would be
+		// refused with 503.
+		deps.Checks[JWKSCheck] = v.Ready
+		deps.Auth = v
+		refresher.Go(func() { v.Run(authCtx) })
+		if cfg.Auth.PlainHTTP() {
+			logger.Warn("AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
+				"jwksURL", cfg.Auth.JWKSURL)
+		}
+	default:
+		warnOpenHeaderMode(logger, cfg.HTTPAddr)
+	}
 	scfg := stream.DefaultConfig()
 	scfg.MaxStreams = cfg.StreamMaxClients
 	hub := stream.New(st, stream.FromView(member), scfg, logger)
@@ -86,7 +113,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	defer stopHub()
 	hubErr := make(chan error, 1)
 	go func() { hubErr <- hub.Run(hubCtx) }()
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "admin", cfg.AdminAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients)
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "admin", cfg.AdminAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients,
+		"authMode", cfg.Auth.Mode)
 	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
 	// The first listener to fail stops the other.
 	ctx, stop := context.WithCancel(ctx)
@@ -118,6 +146,22 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	wg.Wait()
 	stopHub()
 	return errors.Join(serveErr, adminErr, <-hubErr)
+}
+
+// JWKSCheck is the readiness check of the identity provider's key set in
+// jwt mode.
+const JWKSCheck = "jwks"
+
+// warnOpenHeaderMode warns when header mode serves a listener that other
+// hosts may reach: whoever reaches it can act as any user and create
+// products, unless a gateway in front is the only way in.
+func warnOpenHeaderMode(logger *slog.Logger, httpAddr string) {
+	host, _, err := net.SplitHostPort(httpAddr)
+	if err == nil && auth.IsLoopback(host) {
+		return
+	}
+	logger.Warn("AUTH_MODE=header on a listener other hosts can reach: X-User-ID is trusted as sent, so any client can act as any user and create products; "+
+		"put a gateway that sets X-User-ID in front, or set AUTH_MODE=jwt (docs/security-api.md)", "addr", httpAddr)
 }
 
 // pageURL is the live page's address for a listen address, for the log a

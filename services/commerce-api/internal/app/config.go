@@ -1,12 +1,12 @@
 package app
 
 import (
-	"net/url"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 )
 
 // DefaultAdminAddr is ADMIN_ADDR's default: loopback, so a bare binary
@@ -34,6 +34,10 @@ type Config struct {
 	// GET /api/v1/stream connections; more are answered 503.
 	StreamMaxClients int
 	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
+	// Auth (AUTH_*) is how the API learns who calls: header (default:
+	// X-User-ID as sent, for a gateway that sets it) or jwt (verified
+	// bearer tokens). See docs/security-api.md.
+	Auth auth.Config
 }
 
 // Load reads the configuration through l, which collects the problems.
@@ -45,16 +49,12 @@ func Load(l *config.Loader) Config {
 		// A request's statements are short; one running for seconds is
 		// stuck and holds a pool connection from the others.
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),
-		RedisURL:         l.String("REDIS_URL", ""),
+		RedisURL:         l.OptionalURL("REDIS_URL", "redis", "rediss"),
 		ProductCacheTTL:  l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
 		RequestTimeout:   l.Duration("REQUEST_TIMEOUT", 5*time.Second),
 		StreamMaxClients: l.PositiveInt("STREAM_MAX_CLIENTS", 100),
 		Cluster:          cluster.Load(l, ""),
-	}
-	if c.RedisURL != "" {
-		if u, err := url.Parse(c.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			l.Fail("REDIS_URL", "must be a redis:// or rediss:// URL")
-		}
+		Auth:             auth.Load(l),
 	}
 	return c
 }

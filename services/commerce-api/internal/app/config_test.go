@@ -10,11 +10,17 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 )
 
 func TestLoadConfig(t *testing.T) {
 	t.Parallel()
 	const db = "postgres://u@localhost:5432/commerce"
+	headerAuth := auth.Config{Mode: auth.ModeHeader, JWKSRefresh: 15 * time.Minute, JWKSMinRefresh: 10 * time.Second, Leeway: 30 * time.Second,
+		AdminRole: "catalog-admin", RoleClaims: []string{"roles", "realm_access.roles"}}
+	jwtAuth := headerAuth
+	jwtAuth.Mode, jwtAuth.Issuer, jwtAuth.Audience, jwtAuth.JWKSURL, jwtAuth.Leeway = auth.ModeJWT, "https://idp/realms/c", "commerce-api",
+		"https://idp/realms/c/protocol/openid-connect/certs", 10*time.Second
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -23,12 +29,18 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"defaults", map[string]string{"DATABASE_URL": db},
 			Config{DatabaseURL: db, HTTPAddr: ":8080", AdminAddr: "127.0.0.1:8090", DB: pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}, ProductCacheTTL: 30 * time.Second,
-				RequestTimeout: 5 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
+				RequestTimeout: 5 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID()), Auth: headerAuth}, nil},
+		{"jwt mode", map[string]string{"DATABASE_URL": db, "AUTH_MODE": "jwt", "AUTH_ISSUER": "https://idp/realms/c", "AUTH_AUDIENCE": "commerce-api",
+			"AUTH_JWKS_URL": "https://idp/realms/c/protocol/openid-connect/certs", "AUTH_LEEWAY": "10s"},
+			Config{DatabaseURL: db, HTTPAddr: ":8080", AdminAddr: "127.0.0.1:8090", DB: pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}, ProductCacheTTL: 30 * time.Second,
+				RequestTimeout: 5 * time.Second, StreamMaxClients: 100, Cluster: cluster.Defaults(cluster.DefaultNodeID()), Auth: jwtAuth}, nil},
+		{"jwt mode without its settings", map[string]string{"DATABASE_URL": db, "AUTH_MODE": "jwt"}, Config{},
+			[]string{"AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_JWKS_URL"}},
 		{"everything set", map[string]string{"DATABASE_URL": db, "HTTP_ADDR": "127.0.0.1:9000", "ADMIN_ADDR": ":9001", "DB_MAX_CONNS": "64",
 			"REDIS_URL": "redis://localhost:6379/2", "PRODUCT_CACHE_TTL": "5s", "REQUEST_TIMEOUT": "2s", "DB_STATEMENT_TIMEOUT": "1500ms", "STREAM_MAX_CLIENTS": "7"},
 			Config{DatabaseURL: db, HTTPAddr: "127.0.0.1:9000", AdminAddr: ":9001", DB: pg.Options{MaxConns: 64, StatementTimeout: 1500 * time.Millisecond},
 				RedisURL: "redis://localhost:6379/2", ProductCacheTTL: 5 * time.Second, RequestTimeout: 2 * time.Second, StreamMaxClients: 7,
-				Cluster: cluster.Defaults(cluster.DefaultNodeID())}, nil},
+				Cluster: cluster.Defaults(cluster.DefaultNodeID()), Auth: headerAuth}, nil},
 		{"missing database", map[string]string{}, Config{}, []string{"DATABASE_URL"}},
 		{"every problem at once", map[string]string{"DATABASE_URL": "mysql://x/y", "DB_MAX_CONNS": "0",
 			"REDIS_URL": "localhost:6379", "PRODUCT_CACHE_TTL": "soon", "REQUEST_TIMEOUT": "0s", "DB_STATEMENT_TIMEOUT": "-1s", "STREAM_MAX_CLIENTS": "0"}, Config{},

@@ -249,8 +249,46 @@ function log(text, bad) {
   while ($("log").children.length > 30) $("log").lastChild.remove();
 }
 
+// ---- who acts --------------------------------------------------------------
+
+// The server says how it learns who calls (GET /api/v1/config). Until it
+// answers, and in header mode, the form sends the acting user as X-User-ID.
+// In jwt mode the page reads without a token (stream, lists, views) and acts
+// with a bearer token pasted into the form; the token stays in this page's
+// memory only.
+let authMode = "header";
+
+async function loadConfig() {
+  try {
+    const r = await fetch("/api/v1/config", { headers: { Accept: "application/json" } });
+    if (!r.ok) return;
+    const c = await r.json();
+    if (c.auth && c.auth.mode === "jwt") useTokens(c.auth);
+  } catch (_) { /* header mode it is; the stream's status tells of a dead server */ }
+}
+
+function useTokens(a) {
+  authMode = "jwt";
+  $("user").disabled = true;
+  $("user").value = "";
+  $("user").placeholder = "the token's subject";
+  $("token-label").hidden = false;
+  const note = $("auth-note");
+  note.hidden = false;
+  note.textContent = "This server checks tokens. Reading works without one; liking, ordering and paying need a bearer token " +
+    `issued by ${a.issuer} for ${a.audience} — paste it below; the acting user is its subject. ` +
+    `Creating products also needs the role ${a.adminRole}.`;
+}
+
 async function call(method, path, body) {
-  const headers = { Accept: "application/json", "X-User-ID": $("user").value.trim() };
+  const headers = { Accept: "application/json" };
+  if (authMode === "jwt") {
+    const token = $("token").value.trim();
+    if (token) headers.Authorization = "Bearer " + token;
+    else if (method !== "GET") throw new Error(`${method} ${path}: writing needs a bearer token; paste one into the form`);
+  } else {
+    headers["X-User-ID"] = $("user").value.trim();
+  }
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch("/api/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await r.text();
@@ -287,4 +325,5 @@ $("actions").addEventListener("click", async (e) => {
 });
 window.addEventListener("resize", drawChart);
 
+loadConfig();
 connect();
