@@ -134,10 +134,68 @@ func scrapeStages(ctx context.Context, url string) (map[string]stages.Window, er
 	return stages.FromMetricFamily(mf)
 }
 
+// stageQ is one stage's quantiles over a window, in seconds (NaN: no
+// observation).
+type stageQ struct {
+	p50, p99, mean float64
+	count          uint64
+}
+
+// cost is what a window's events cost: CPU seconds by process (in the order
+// of the table), and per 1,000 events the pipeline's and the broker's.
+type cost struct {
+	rows         []costRow
+	brokerName   string
+	backends     int // PostgreSQL backends measured; 0: none visible here
+	pipeline     float64
+	broker       float64
+	perKPipeline float64
+	perKBroker   float64
+}
+
+type costRow struct {
+	name string
+	secs float64
+}
+
+// summarize works out, from two readings, how a window's events split into
+// stages and what they cost.
+func (p *probe) summarize(before, after reading, events int64) (map[string]stageQ, cost) {
+	qs := map[string]stageQ{}
+	for _, s := range stages.All {
+		w := after.stages[s].Minus(before.stages[s])
+		qs[s] = stageQ{p50: w.Quantile(.5), p99: w.Quantile(.99), mean: w.Mean(), count: w.Count}
+	}
+	var c cost
+	for _, pr := range p.procs {
+		s := after.cpu[pr.name] - before.cpu[pr.name]
+		c.rows = append(c.rows, costRow{pr.name, s})
+		c.pipeline += s
+	}
+	var pg float64
+	for pid, s := range before.backends {
+		if a, ok := after.backends[pid]; ok {
+			pg += a - s
+			c.backends++
+		}
+	}
+	if c.backends > 0 {
+		c.rows = append(c.rows, costRow{fmt.Sprintf("PostgreSQL backends (%d)", c.backends), pg})
+		c.pipeline += pg
+	}
+	c.brokerName = p.broker.name
+	c.broker = after.cpu[p.broker.name] - before.cpu[p.broker.name]
+	if events > 0 {
+		c.perKPipeline = c.pipeline / float64(events) * 1000
+		c.perKBroker = c.broker / float64(events) * 1000
+	}
+	return qs, c
+}
+
 // report prints how the window's events split into stages, next to the end
 // to end, and what the window cost in CPU per 1,000 events: the pipeline's
 // processes, then the broker apart.
-func (p *probe) report(before, after reading, events int64, e2e func(q float64) time.Duration, e2eMean time.Duration) {
+func printStages(qs map[string]stageQ, c cost, events int64, e2e func(q float64) time.Duration, e2eMean time.Duration) {
 	fmt.Println()
 	fmt.Println("| stage (timed by) | p50 | p99 | mean | events |")
 	fmt.Println("|---|---|---|---|---|")
@@ -148,10 +206,10 @@ func (p *probe) report(before, after reading, events int64, e2e func(q float64) 
 		stages.Apply:   "apply: fetch → aggregate committed (consumer clock)",
 	}
 	for _, s := range stages.All {
-		w := after.stages[s].Minus(before.stages[s])
-		fmt.Printf("| %s | %s | %s | %s | %d |\n", what[s], ms(w.Quantile(.5)), ms(w.Quantile(.99)), ms(w.Mean()), w.Count)
+		q := qs[s]
+		fmt.Printf("| %s | %s | %s | %s | %d |\n", what[s], ms(q.p50), ms(q.p99), ms(q.mean), q.count)
 	}
-	fmt.Printf("| end to end: API 2xx → visible in product_metrics (bench clock) | %s | %s | %s | %d |\n",
+	fmt.Printf("| end to end: API 2xx → visible in the aggregates (bench clock) | %s | %s | %s | %d |\n",
 		ms(e2e(.5).Seconds()), ms(e2e(.99).Seconds()), ms(e2eMean.Seconds()), events)
 	fmt.Println("(stages from the services' histograms over the window, interpolated within buckets;")
 	fmt.Println(" publish and broker overlap by the produce round trip; broker reads 0-1 ms long: record timestamps are in whole ms)")
@@ -159,30 +217,21 @@ func (p *probe) report(before, after reading, events int64, e2e func(q float64) 
 	fmt.Println()
 	fmt.Println("| process | CPU seconds | per 1,000 events |")
 	fmt.Println("|---|---|---|")
-	var total float64
-	row := func(name string, s float64) {
-		total += s
-		fmt.Printf("| %s | %.2f | %.3f |\n", name, s, s/float64(events)*1000)
-	}
-	for _, pr := range p.procs {
-		row(pr.name, after.cpu[pr.name]-before.cpu[pr.name])
-	}
-	var pg float64
-	n := 0
-	for pid, s := range before.backends {
-		if a, ok := after.backends[pid]; ok {
-			pg += a - s
-			n++
+	per := func(s float64) float64 {
+		if events == 0 {
+			return math.NaN()
 		}
+		return s / float64(events) * 1000
 	}
-	if n == 0 {
+	for _, r := range c.rows {
+		fmt.Printf("| %s | %.2f | %.3f |\n", r.name, r.secs, per(r.secs))
+	}
+	if c.backends == 0 {
 		fmt.Println("| PostgreSQL backends | not measured (no /proc entry for them here) | |")
-	} else {
-		row(fmt.Sprintf("PostgreSQL backends (%d)", n), pg)
 	}
-	fmt.Printf("| **pipeline** (services + PostgreSQL) | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
-	row(p.broker.name, after.cpu[p.broker.name]-before.cpu[p.broker.name])
-	fmt.Printf("| **all** (pipeline + broker) | %.2f | **%.3f** |\n", total, total/float64(events)*1000)
+	fmt.Printf("| **pipeline** (services + PostgreSQL) | %.2f | **%.3f** |\n", c.pipeline, c.perKPipeline)
+	fmt.Printf("| %s | %.2f | %.3f |\n", c.brokerName, c.broker, c.perKBroker)
+	fmt.Printf("| **all** (pipeline + broker) | %.2f | **%.3f** |\n", c.pipeline+c.broker, c.perKPipeline+c.perKBroker)
 	fmt.Println("(utime + stime from /proc; the broker is a process of its own, counted apart from the pipeline;")
 	fmt.Println(" Redis and PostgreSQL's background processes are shared and left out)")
 }
