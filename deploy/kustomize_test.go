@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -62,15 +63,22 @@ type strimziKafka struct {
 			Version         string `json:"version"`
 			MetadataVersion string `json:"metadataVersion"`
 			Listeners       []struct {
-				Name string `json:"name"`
-				Port int    `json:"port"`
-				Type string `json:"type"`
-				TLS  bool   `json:"tls"`
+				Name           string `json:"name"`
+				Port           int    `json:"port"`
+				Type           string `json:"type"`
+				TLS            bool   `json:"tls"`
+				Authentication *struct {
+					Type string `json:"type"`
+				} `json:"authentication"`
 			} `json:"listeners"`
+			Authorization *struct {
+				Type string `json:"type"`
+			} `json:"authorization"`
 			Config map[string]any `json:"config"`
 		} `json:"kafka"`
 		EntityOperator struct {
 			TopicOperator *struct{} `json:"topicOperator"`
+			UserOperator  *struct{} `json:"userOperator"`
 		} `json:"entityOperator"`
 	} `json:"spec"`
 }
@@ -112,6 +120,7 @@ type rendered struct {
 	jobs         map[string]*batchv1.Job
 	configMaps   map[string]*corev1.ConfigMap
 	topics       []kafkaTopic
+	users        []kafkaUser
 	kafkas       []strimziKafka
 	nodePools    []kafkaNodePool
 	namespaces   []string // of every object
@@ -155,6 +164,9 @@ func render(t *testing.T, dir string) rendered {
 		case "KafkaTopic":
 			r.topics = append(r.topics, kafkaTopic{})
 			custom = &r.topics[len(r.topics)-1]
+		case "KafkaUser":
+			r.users = append(r.users, kafkaUser{})
+			custom = &r.users[len(r.users)-1]
 		case "Kafka":
 			r.kafkas = append(r.kafkas, strimziKafka{})
 			custom = &r.kafkas[len(r.kafkas)-1]
@@ -423,8 +435,10 @@ func containerEnv(t *testing.T, r rendered, c corev1.Container) map[string]strin
 		case e.ValueFrom == nil:
 			set[e.Name] = e.Value
 		case e.ValueFrom.SecretKeyRef != nil:
-			if ref := e.ValueFrom.SecretKeyRef; ref.Name != "commerce-pipeline-secrets" || ref.Key != e.Name {
-				t.Errorf("%s comes from secret %s key %s, want commerce-pipeline-secrets key %s", e.Name, ref.Name, ref.Key, e.Name)
+			// Only where the program cannot read the value from a file
+			// (TestSecretFiles).
+			if ref := e.ValueFrom.SecretKeyRef; ref.Name != pipelineSecret || ref.Key != secretKey(e.Name) {
+				t.Errorf("%s comes from secret %s key %s, want %s key %s", e.Name, ref.Name, ref.Key, pipelineSecret, secretKey(e.Name))
 			}
 			set[e.Name] = fromCluster
 		case e.ValueFrom.FieldRef != nil:
@@ -544,10 +558,12 @@ func TestKustomizeTopics(t *testing.T) {
 }
 
 // TestKustomizeKafka: deploy/k8s/kafka is the cluster the base expects. Its
-// name is the KafkaTopics' strimzi.io/cluster label, its plain listener is
-// the ConfigMap's KAFKA_BROKERS, it has enough brokers for the topics'
-// replicas with one down (min.insync.replicas), a controller quorum, and the
-// Topic Operator that creates the topics. The base itself holds no Kafka, so
+// name is the KafkaTopics' and KafkaUsers' strimzi.io/cluster label, its
+// TLS listener with SCRAM-SHA-512 logins is the ConfigMap's KAFKA_BROKERS,
+// its authorizer enforces the KafkaUsers' ACLs, it has enough brokers for
+// the topics' replicas with one down (min.insync.replicas), a controller
+// quorum, and the Topic and User Operators that create the topics and
+// users. The base itself holds no Kafka, so
 // it applies to a namespace whose cluster exists already.
 func TestKustomizeKafka(t *testing.T) {
 	t.Parallel()
@@ -569,23 +585,12 @@ func TestKustomizeKafka(t *testing.T) {
 		}
 	}
 
-	// Strimzi's bootstrap Service is <cluster>-kafka-bootstrap, one port per
-	// listener.
-	var bootstrap []string
-	for _, l := range k.Spec.Kafka.Listeners {
-		if l.Type == "internal" && !l.TLS {
-			bootstrap = append(bootstrap, k.Metadata.Name+"-kafka-bootstrap:"+strconv.Itoa(l.Port))
+	for _, u := range base.users {
+		if got := u.Metadata.Labels["strimzi.io/cluster"]; got != k.Metadata.Name {
+			t.Errorf("KafkaUser %s belongs to cluster %q, but deploy/k8s/kafka's Kafka is %q", u.Metadata.Name, got, k.Metadata.Name)
 		}
 	}
-	brokersVar := ""
-	for _, cm := range base.configMaps {
-		if v, ok := cm.Data["KAFKA_BROKERS"]; ok {
-			brokersVar = v
-		}
-	}
-	if !slices.Contains(bootstrap, brokersVar) {
-		t.Errorf("the base's KAFKA_BROKERS is %q; the cluster's plaintext bootstrap addresses are %v", brokersVar, bootstrap)
-	}
+	checkKafkaSecurity(t, base, k)
 
 	brokers, controllers := 0, 0
 	for _, p := range r.nodePools {
@@ -628,6 +633,60 @@ func TestKustomizeKafka(t *testing.T) {
 	if k.Spec.EntityOperator.TopicOperator == nil {
 		t.Error("the Kafka runs no Topic Operator: nothing would create the base's KafkaTopics")
 	}
+	if k.Spec.EntityOperator.UserOperator == nil {
+		t.Error("the Kafka runs no User Operator: nothing would create the base's KafkaUsers, their ACLs and their Secrets")
+	}
+}
+
+// checkKafkaSecurity: the cluster k lets nobody in without TLS and a login,
+// and authorizes every request (the KafkaUsers' ACLs); the base's services
+// reach it through a listener that takes their SCRAM-SHA-512 logins, over
+// TLS, trusting the cluster CA that Strimzi keeps in <cluster>-cluster-ca-cert.
+func checkKafkaSecurity(t *testing.T, base rendered, k strimziKafka) {
+	t.Helper()
+	if a := k.Spec.Kafka.Authorization; a == nil || a.Type != "simple" {
+		t.Errorf("the Kafka's authorization is %+v; want simple: without an authorizer the KafkaUsers' ACLs mean nothing", a)
+	}
+	// Strimzi's bootstrap Service is <cluster>-kafka-bootstrap, one port per
+	// listener.
+	var bootstrap []string
+	for _, l := range k.Spec.Kafka.Listeners {
+		if !l.TLS || l.Authentication == nil {
+			t.Errorf("listener %s (port %d): tls %v, authentication %+v; every listener must encrypt and authenticate", l.Name, l.Port, l.TLS, l.Authentication)
+			continue
+		}
+		if l.Type == "internal" && l.Authentication.Type == "scram-sha-512" {
+			bootstrap = append(bootstrap, k.Metadata.Name+"-kafka-bootstrap:"+strconv.Itoa(l.Port))
+		}
+	}
+	var cm map[string]string
+	for _, c := range base.configMaps {
+		if _, ok := c.Data["KAFKA_BROKERS"]; ok {
+			cm = c.Data
+		}
+	}
+	if !slices.Contains(bootstrap, cm["KAFKA_BROKERS"]) {
+		t.Errorf("the base's KAFKA_BROKERS is %q; the cluster's TLS bootstrap addresses with SCRAM-SHA-512 logins are %v", cm["KAFKA_BROKERS"], bootstrap)
+	}
+	if cm["KAFKA_TLS"] != "true" || cm["KAFKA_SASL_MECHANISM"] != kafka.MechanismSCRAMSHA512 {
+		t.Errorf("the base's KAFKA_TLS=%q, KAFKA_SASL_MECHANISM=%q; want true and %s", cm["KAFKA_TLS"], cm["KAFKA_SASL_MECHANISM"], kafka.MechanismSCRAMSHA512)
+	}
+	clusterCA := k.Metadata.Name + "-cluster-ca-cert"
+	for name, pod := range base.pods() {
+		for _, c := range pod.Spec.Containers {
+			env := containerEnv(t, base, c)
+			if env["KAFKA_BROKERS"] == "" {
+				continue
+			}
+			f, why := resolveSecretFile(pod.Spec, c, env["KAFKA_TLS_CA_FILE"])
+			switch {
+			case why != "":
+				t.Errorf("%s: KAFKA_TLS_CA_FILE=%q: %s", name, env["KAFKA_TLS_CA_FILE"], why)
+			case f.secret != clusterCA || f.key != "ca.crt":
+				t.Errorf("%s: KAFKA_TLS_CA_FILE reads Secret %s key %s; the brokers' certificates chain to Strimzi's cluster CA, %s key ca.crt", name, f.secret, f.key, clusterCA)
+			}
+		}
+	}
 }
 
 // TestKustomizeOverlay: the example overlay the README documents puts every
@@ -652,6 +711,45 @@ func TestKustomizeOverlay(t *testing.T) {
 				t.Errorf("%s container %s image %q: want registry/name:tag", name, c.Name, c.Image)
 			}
 		}
+	}
+}
+
+// TestKustomizeAPIAuth: commerce-api verifies bearer tokens everywhere the
+// manifests run it (header mode would take whatever X-User-ID a caller
+// sends). The base names no identity provider, so that no placeholder can
+// be deployed by mistake; the example overlay names one, over https.
+func TestKustomizeAPIAuth(t *testing.T) {
+	t.Parallel()
+	provider := []string{"AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_JWKS_URL"}
+	for _, tc := range []struct {
+		dir      string
+		provider bool
+	}{
+		{"deploy/k8s/base", false},
+		{"deploy/k8s/overlays/example", true},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			t.Parallel()
+			r := render(t, tc.dir)
+			pod, ok := r.pods()["commerce-api"]
+			if !ok {
+				t.Fatal("no commerce-api")
+			}
+			env := containerEnv(t, r, pod.Spec.Containers[0])
+			if env["AUTH_MODE"] != "jwt" {
+				t.Errorf("AUTH_MODE=%q, want jwt", env["AUTH_MODE"])
+			}
+			for _, v := range provider {
+				if got := env[v] != ""; got != tc.provider {
+					t.Errorf("%s=%q; want it set: %v", v, env[v], tc.provider)
+				}
+			}
+			for _, v := range []string{"AUTH_ISSUER", "AUTH_JWKS_URL"} {
+				if tc.provider && !strings.HasPrefix(env[v], "https://") {
+					t.Errorf("%s=%q, want an https URL", v, env[v])
+				}
+			}
+		})
 	}
 }
 
