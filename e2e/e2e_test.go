@@ -106,13 +106,30 @@ func start(t *testing.T, name, bin string, env map[string]string) *stack.Proc {
 	return p
 }
 
+// The addresses freeAddr handed out.
+var (
+	addrMu     sync.Mutex
+	addrsGiven = map[string]bool{}
+)
+
+// freeAddr returns a loopback address nothing listens on now and that no
+// earlier call returned: an address handed to a process that has not bound
+// it yet looks free to the kernel, and a second process given it would fail
+// to listen while the first one answered its health checks in its stead.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	addr, err := stack.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
+	addrMu.Lock()
+	defer addrMu.Unlock()
+	for {
+		addr, err := stack.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !addrsGiven[addr] {
+			addrsGiven[addr] = true
+			return addr
+		}
 	}
-	return addr
 }
 
 func waitHTTP(t *testing.T, url string) {
@@ -156,6 +173,16 @@ type kafkaSetup struct {
 	// TopicConfig holds settings of single topics, by the pipeline's name
 	// (like-events.DLT), over Config.
 	TopicConfig map[string]map[string]string
+	// Admin, when set, is how a secured cluster's administrator reaches
+	// the pipeline's Kafka (its listener, credentials and the pipeline's
+	// prefix): the topics are created through it, as infrastructure
+	// creates them, and Cluster is not used.
+	Admin *kafka.Settings
+	// ServiceEnv holds variables by service binary (outbox-relay,
+	// product-consumers, commerce-api), set over the system's own: a
+	// secured listener with the service's own credentials, commerce-api's
+	// AUTH_*.
+	ServiceEnv map[string]map[string]string
 }
 
 // kafka returns the pipeline's Kafka with its topics created; they are
@@ -163,9 +190,12 @@ type kafkaSetup struct {
 func (ks kafkaSetup) kafka(t *testing.T) *testenv.KafkaEnv {
 	t.Helper()
 	k := &testenv.KafkaEnv{}
-	if ks.Cluster == nil {
+	switch {
+	case ks.Admin != nil:
+		k.Settings = *ks.Admin
+	case ks.Cluster == nil:
 		k = testenv.Kafka(t) // a fresh prefix, no topics yet
-	} else {
+	default:
 		k.Brokers = ks.Cluster.Brokers()
 	}
 	specs := k.PipelineTopics(3, max(ks.Replication, 1))
@@ -188,15 +218,18 @@ func newSystemOn(t *testing.T, ks kafkaSetup) *system {
 	redisURL := testenv.RedisURL(t)
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	s.apiEnv = map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "HTTP_ADDR": apiAddr, "ADMIN_ADDR": adminAddr}
+	maps.Copy(s.apiEnv, ks.ServiceEnv["commerce-api"])
 	s.apiProc = start(t, "commerce-api", "commerce-api", s.apiEnv)
 	s.api, s.apiAdmin = "http://"+apiAddr, "http://"+adminAddr
 	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	s.relayEnv = func(node string) map[string]string {
-		return s.withKafka(map[string]string{
+		env := s.withKafka(map[string]string{
 			"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t),
 			"OUTBOX_RELAY_NODE_ID": node, "OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms",
 			"OUTBOX_RELAY_RETRY_INTERVAL": "500ms",
 		})
+		maps.Copy(env, ks.ServiceEnv["outbox-relay"])
+		return env
 	}
 	s.consumerEnv = s.withKafka(map[string]string{
 		"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL,
@@ -206,6 +239,7 @@ func newSystemOn(t *testing.T, ks kafkaSetup) *system {
 		// testenv.BrokerProps).
 		"KAFKA_SESSION_TIMEOUT": "6s", "KAFKA_REBALANCE_TIMEOUT": "10s",
 	})
+	maps.Copy(s.consumerEnv, ks.ServiceEnv["product-consumers"])
 	waitHTTP(t, s.api+"/readyz")
 	return s
 }
