@@ -358,7 +358,7 @@ func testBadCredentials(t *testing.T, k *testenv.SecureKafka) {
 	}{
 		{name: "relay, a wrong password", program: "outbox-relay",
 			env:  with(saslSSL("relay"), "KAFKA_SASL_PASSWORD_FILE", wrongFile),
-			want: "KAFKA_SASL_PASSWORD / KAFKA_SASL_USERNAME: authentication failed"},
+			want: "KAFKA_SASL_PASSWORD_FILE / KAFKA_SASL_USERNAME: authentication failed"},
 		{name: "relay, a CA that did not sign the broker", program: "outbox-relay",
 			env:  with(saslSSL("relay"), "KAFKA_TLS_CA_FILE", other.File),
 			want: "KAFKA_TLS_CA_FILE: the broker's certificate is signed by an unknown authority"},
@@ -370,7 +370,7 @@ func testBadCredentials(t *testing.T, k *testenv.SecureKafka) {
 			want: "KAFKA_SASL_PASSWORD / KAFKA_SASL_USERNAME: authentication failed"},
 		{name: "product-consumers, the reclaimer's wrong password", program: "product-consumers",
 			env:  consumers(with(withReclaimer, "KAFKA_RECLAIMER_SASL_PASSWORD_FILE", wrongFile)),
-			want: "KAFKA_RECLAIMER_SASL_PASSWORD / KAFKA_RECLAIMER_SASL_USERNAME: authentication failed"},
+			want: "KAFKA_RECLAIMER_SASL_PASSWORD_FILE / KAFKA_RECLAIMER_SASL_USERNAME: authentication failed"},
 		{name: "product-consumers, a CA that did not sign the broker", program: "product-consumers",
 			env:  consumers(with(mtls("consumers"), "KAFKA_TLS_CA_FILE", other.File)),
 			want: "KAFKA_TLS_CA_FILE: the broker's certificate is signed by an unknown authority"},

@@ -168,6 +168,9 @@ func unreachable(err error) bool {
 func (s Settings) explain(addr, client string, err error) error {
 	cert, key := credVar(s.Role, credCertFile), credVar(s.Role, credKeyFile)
 	user, pass := credVar(s.Role, credUsername), credVar(s.Role, credPassword)
+	if s.SASL != nil && s.SASL.PasswordFile != "" {
+		pass = credVar(s.Role, credPasswordFile) // where the password came from
+	}
 	at := fmt.Sprintf("%s (%s)", addr, client)
 	var (
 		unknownCA x509.UnknownAuthorityError
