@@ -35,7 +35,7 @@ func TestRun(t *testing.T) {
 		{"success", good, nil, 0, nil},
 		{"run fails", good, errors.New("boom"), 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc", service.ErrKey: "boom"}},
 		{"bad configuration", map[string]string{}, nil, 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc",
-			service.ErrKey: "svc configuration: DATABASE_URL: is required"}},
+			service.ErrKey: "svc configuration: DATABASE_URL: is required (or DATABASE_URL_FILE, a file holding it)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestRunPrintsConfigVars(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout.String()), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := []config.Var{{Name: "DATABASE_URL", Kind: "URL", Required: true, Allowed: []string{"postgres"}}}
+	want := []config.Var{{Name: "DATABASE_URL", Kind: "URL", Required: true, Allowed: []string{"postgres"}}, {Name: "DATABASE_URL_FILE", Kind: "File"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("vars (-want +got):\n%s", diff)
 	}

@@ -154,11 +154,16 @@ func (e *env) produce(n int, key func(i int) string, headers ...kgo.RecordHeader
 func (e *env) saramaConfig() *sarama.Config {
 	sc := kafka.Settings{}.Config("pcon-test")
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
-	// The test brokers accept sessions from 500 ms (testenv.BrokerProps):
-	// a member that leaves without a word is noticed in 2 s.
-	sc.Consumer.Group.Session.Timeout = 2 * time.Second
-	sc.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
-	sc.Consumer.Group.Rebalance.Timeout = 5 * time.Second
+	// Long enough that a member starved of CPU for seconds (two test
+	// binaries, their brokers and the race detector on two cores) keeps its
+	// session: a spurious rebalance hands records out again, which the
+	// tests rightly count as double handling. A test whose point is a
+	// session that expires sets its own (the test brokers accept them from
+	// 500 ms: testenv.BrokerProps).
+	sc.Consumer.Group.Session.Timeout = 10 * time.Second
+	sc.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	sc.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	sc.Net.ReadTimeout = 20 * time.Second // past the rebalance timeout: a join waits that long
 	sc.Consumer.Group.Rebalance.Retry.Backoff = 50 * time.Millisecond
 	sc.Metadata.Retry.Backoff = 50 * time.Millisecond
 	sc.Consumer.Retry.Backoff = 50 * time.Millisecond

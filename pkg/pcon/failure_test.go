@@ -520,6 +520,9 @@ func TestBrokerRestart(t *testing.T) {
 	commits := e.checkCommits(group, chk)
 	cfg := e.config(group)
 	cfg.Backoff = 20 * time.Millisecond
+	// The freeze below outlasts this session: the member must rejoin.
+	cfg.Sarama.Consumer.Group.Session.Timeout = 2 * time.Second
+	cfg.Sarama.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	c, stop := start(t, cfg, pcon.RecordHandler(ph.handle))
 	progress := func(atLeast int64) {
 		t.Helper()
