@@ -11,9 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/IBM/sarama"
-	"github.com/cloudevents/sdk-go/protocol/kafka_sarama/v2"
-	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
@@ -76,7 +73,8 @@ type Handlers struct {
 	stages           *stages.Recorder // the broker and apply stages
 	horizon          time.Duration
 	now              func() time.Time
-	issued           atomic.Int64 // the highest outbox id known to be issued
+	issued           atomic.Int64                 // the highest outbox id known to be issued
+	source           atomic.Pointer[parsedSource] // the last source read (see readSource)
 }
 
 // New returns Handlers applying events to st and deleting entries of cache.
@@ -185,30 +183,6 @@ func (h *Handlers) count(consumer, outcome string, n int) {
 	if n > 0 {
 		h.outcome.WithLabelValues(consumer, outcome).Add(float64(n))
 	}
-}
-
-// decode reads a record as a CloudEvent in binary content mode and maps it to
-// a domain event. Anything that is not one of ours fails permanently: no
-// retry can make it decodable.
-func (h *Handlers) decode(ctx context.Context, r *pcon.Record) (events.Message, error) {
-	if n := len(r.Value); n > events.MaxRecordBytes {
-		// Refused before decoding: a forged record must not cost the
-		// consumer the memory and time to parse it.
-		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: record of %d bytes exceeds %d", events.ErrBadData, n, events.MaxRecordBytes))
-	}
-	cm := &sarama.ConsumerMessage{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-	for _, hd := range r.Headers {
-		cm.Headers = append(cm.Headers, &sarama.RecordHeader{Key: hd.Key, Value: hd.Value})
-	}
-	ce, err := binding.ToEvent(ctx, kafka_sarama.NewMessageFromConsumerMessage(cm))
-	if err != nil {
-		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: not a CloudEvent: %v", events.ErrBadData, err))
-	}
-	msg, err := h.reg.FromCloudEvent(*ce)
-	if err != nil {
-		return events.Message{}, pcon.Permanent(err)
-	}
-	return msg, nil
 }
 
 // issuedSequence refuses, permanently, a like event whose sequence is beyond
