@@ -20,10 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/pg"
@@ -42,6 +40,9 @@ type env struct {
 	kafka   kafka.Settings
 	brokers []string
 	prod    sarama.SyncProducer
+	// reclaimAs, when set, is how the reclaimer connects: as a principal
+	// of its own, where the set-up (kafka) is a super user's.
+	reclaimAs *kafka.Settings
 }
 
 func envTopics() []string {
@@ -58,11 +59,109 @@ func newEnv(t *testing.T) *env {
 	return newEnvOn(t, testenv.Kafka(t, envTopics()...).Settings)
 }
 
-// newFakeEnv puts them on kfake, for a fault only it injects (why).
-func newFakeEnv(t *testing.T, why string) (*env, *kfake.Cluster) {
+// securedUser is the reclaimer's SASL user on the broker of newSecuredEnv.
+const securedUser = "reclaimer"
+
+// newSecuredEnv puts the topics on a broker of the test's own with the
+// authorizer on (testenv.SecureKafkaCluster), under a prefix as a shared
+// cluster names them. The set-up (topics, dead letters, reading what was
+// republished) goes through its plain listener, whose principal is a super
+// user; the reclaimer connects over SASL_PLAINTEXT with SCRAM-SHA-512 as
+// securedUser, who may do nothing until grant allows it.
+func newSecuredEnv(t *testing.T) (*env, *testenv.SecureKafka) {
 	t.Helper()
-	c := testenv.FakeKafka(t, why, envTopics()...)
-	return newEnvOn(t, kafka.Settings{Brokers: c.ListenAddrs()}), c
+	const prefix = "secured."
+	k := testenv.SecureKafkaCluster(t, securedUser)
+	s := kafka.Settings{Brokers: k.Brokers(), Prefix: prefix}
+	var specs []kafka.TopicSpec
+	for _, topic := range envTopics() {
+		specs = append(specs, kafka.TopicSpec{Name: s.Topic(topic), Partitions: 3, Replication: 1})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.CreateTopics(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	as, err := config.Parse(config.FromMap(k.Env(t, testenv.ListenerSASLPlaintext, securedUser, kafka.MechanismSCRAMSHA512, prefix)), kafka.Load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, s)
+	e.reclaimAs = &as
+	return e, k
+}
+
+// grant allows principal acls on k, through the plain listener, and waits
+// until the broker lists every one of them: it answers DescribeAcls from
+// the state its authorizer decides with.
+func grant(t *testing.T, k *testenv.SecureKafka, principal string, acls []kafka.ACL) {
+	t.Helper()
+	bindings, err := kafka.SaramaACLs(principal, acls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sarama.NewClusterAdmin(k.Brokers(), kafka.Settings{}.Config("acl-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := admin.CreateACLs(bindings); err != nil {
+		t.Fatalf("create the ACLs of %s: %v", principal, err)
+	}
+	key := func(r sarama.Resource, a *sarama.Acl) string {
+		return fmt.Sprint(r.ResourceType, r.ResourcePatternType, r.ResourceName, a.Operation, a.PermissionType)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		listed, err := admin.ListAcls(sarama.AclFilter{Principal: &principal, ResourceType: sarama.AclResourceAny,
+			ResourcePatternTypeFilter: sarama.AclPatternAny, Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, r := range listed {
+			for _, a := range r.Acls {
+				have[key(r.Resource, a)] = true
+			}
+		}
+		missing := 0
+		for _, b := range bindings {
+			if !have[key(b.Resource, b.Acls[0])] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d ACLs not listed after 30 s", principal, missing, len(bindings))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// refuseWrite is refuse for an env of newSecuredEnv: it grants the
+// reclaimer's principal what kafka.ACLs grants the reclaimer's role, but
+// Write on topic, and instead the operations also on topic; fix grants
+// the Write.
+func refuseWrite(t *testing.T, e *env, k *testenv.SecureKafka, also ...string) func(topic string) func() {
+	return func(topic string) func() {
+		t.Helper()
+		const principal = "User:" + securedUser
+		write := kafka.ACL{Resource: "topic", Pattern: "literal", Name: topic, Operation: "Write"}
+		role := kafka.ACLs(e.kafka.Prefix)[kafka.RoleReclaimer]
+		if !slices.Contains(role, write) {
+			// Else nothing would be taken away, and the case would
+			// prove nothing.
+			t.Fatalf("the reclaimer's ACLs %v do not allow %s", role, write)
+		}
+		acls := slices.DeleteFunc(slices.Clone(role), func(a kafka.ACL) bool { return a == write })
+		for _, op := range also {
+			acls = append(acls, kafka.ACL{Resource: "topic", Pattern: "literal", Name: topic, Operation: op})
+		}
+		grant(t, k, principal, acls)
+		return func() { grant(t, k, principal, []kafka.ACL{write}) }
+	}
 }
 
 func newEnvOn(t *testing.T, k kafka.Settings) *env {
@@ -161,8 +260,12 @@ func (e *env) deadLetter(ds ...dead) {
 
 func (e *env) reclaimer(reg prometheus.Registerer, change func(*reclaim.Config)) *reclaim.Reclaimer {
 	e.t.Helper()
+	k := e.kafka
+	if e.reclaimAs != nil {
+		k = *e.reclaimAs
+	}
 	cfg := reclaim.Config{
-		Kafka: e.kafka, Topics: e.topics(domains...), DLTSuffix: ".DLT", Group: e.kafka.Group("reclaimer"),
+		Kafka: k, Topics: e.topics(domains...), DLTSuffix: ".DLT", Group: e.kafka.Group(reclaim.Group),
 		MinIdle: time.Minute, Count: 100, MaxRedrives: 3, ReadTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registerer: reg,
 	}
@@ -450,6 +553,8 @@ func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 		// broker refuse what is produced to topic (named on the cluster)
 		// and returns what fixes it.
 		env func(t *testing.T) (e *env, refuse func(topic string) (fix func()))
+		// cause, when set, is the error the refused pass must report.
+		cause error
 	}{
 		{"the origin's broker stopped", func(t *testing.T) (*env, func(string) func()) {
 			// Three nodes, so that the cluster keeps its controller quorum
@@ -482,18 +587,30 @@ func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 					}
 				}
 			}
-		}},
-		{"topic authorization failed", func(t *testing.T) (*env, func(string) func()) {
-			e, c := newFakeEnv(t, "TopicAuthorizationFailed on Produce: the test brokers run no authorizer yet")
-			return e, func(topic string) func() {
-				return c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1}).Remove
-			}
-		}},
+		}, nil},
+		{"no ACL lets the reclaimer write the origin", func(t *testing.T) (*env, func(string) func()) {
+			// The reclaimer's role without Write on the origin, as a
+			// deployment that lost that one ACL: the broker refuses the
+			// reclaimer the origin's metadata (Write implies Describe),
+			// so the producer fails the records before it sends them.
+			e, k := newSecuredEnv(t)
+			return e, refuseWrite(t, e, k)
+		}, sarama.ErrTopicAuthorizationFailed},
+		{"the reclaimer may describe the origin but not write it", func(t *testing.T) (*env, func(string) func()) {
+			// With Describe the metadata is the reclaimer's: the broker
+			// refuses the produce request itself.
+			e, k := newSecuredEnv(t)
+			return e, refuseWrite(t, e, k, "Describe")
+		}, sarama.ErrTopicAuthorizationFailed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e, refuse := tc.env(t)
+			// Two records: a third refused its topic's metadata in one
+			// pass would open sarama's circuit breaker for the topic, and
+			// for 10 s every send to it, after the fix too, would fail
+			// without reaching the broker.
 			e.deadLetter(dead{topic: "order-events", partition: 1, key: "a", age: time.Hour},
 				dead{topic: "order-events", partition: 1, key: "b", age: time.Hour})
 			fix := refuse(e.topic("order-events"))
@@ -502,6 +619,9 @@ func TestRepublishFailureCommitsNothingPastIt(t *testing.T) {
 			p1 := res.Domains[0].Partitions[1]
 			if res.Err() == nil || p1.Counts[reclaim.Failed] != 1 || p1.Counts[reclaim.Redriven] != 0 || p1.Committed != 0 {
 				t.Fatalf("pass while the broker refuses: counts %v, committed %d, error %v", p1.Counts, p1.Committed, res.Err())
+			}
+			if tc.cause != nil && !errors.Is(res.Err(), tc.cause) {
+				t.Fatalf("pass while the broker refuses: error %v, want %v", res.Err(), tc.cause)
 			}
 			fix()
 			if got := r.Pass(context.Background(), reclaim.Options{}).Totals()[reclaim.Redriven]; got != 2 {
