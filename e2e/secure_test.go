@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -71,7 +70,7 @@ func testSecurePipeline(t *testing.T, k *testenv.SecureKafka, listener, prefix, 
 	acls := kafka.ACLs(prefix)
 	for role, user := range users {
 		users[role] = principals + user
-		grantACLs(t, admin, "User:"+users[role], acls[role])
+		testenv.GrantACLs(t, admin, "User:"+users[role], acls[role])
 	}
 	relayEnv := secureEnv(t, k, listener, users[kafka.RoleRelay], prefix)
 	consumerEnv := secureEnv(t, k, listener, users[kafka.RoleConsumers], prefix)
@@ -283,45 +282,6 @@ func secretFile(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// grantACLs creates acls for principal as the administrator and waits
-// until the broker lists exactly them for it: a single node answers
-// DescribeAcls from the state it authorizes with, so a service started
-// afterwards meets them.
-func grantACLs(t *testing.T, admin kafka.Settings, principal string, acls []kafka.ACL) {
-	t.Helper()
-	bindings, err := kafka.SaramaACLs(principal, acls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := sarama.NewClusterAdmin(admin.Brokers, admin.Config("e2e-acls"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	if err := ca.CreateACLs(bindings); err != nil {
-		t.Fatalf("create the ACLs of %s: %v", principal, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		listed, err := ca.ListAcls(sarama.AclFilter{Principal: &principal, ResourceType: sarama.AclResourceAny,
-			ResourcePatternTypeFilter: sarama.AclPatternAny, Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, r := range listed {
-			n += len(r.Acls)
-		}
-		if n == len(bindings) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d ACLs listed after 30 s, want %d", principal, n, len(bindings))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // testBadCredentials starts the relay and product-consumers against the

@@ -60,7 +60,7 @@ func loadSettings(t *testing.T, env map[string]string) kafka.Settings {
 // testProduceConsume: over every secured listener and mechanism, a record
 // produced by each library is read back by each.
 func testProduceConsume(t *testing.T, k *testenv.SecureKafka, admin kafka.Settings) {
-	grant(t, admin, "User:tester", []kafka.ACL{
+	testenv.GrantACLs(t, admin, "User:tester", []kafka.ACL{
 		{Resource: "topic", Pattern: "prefix", Name: "pc-", Operation: "All"},
 	})
 	for _, tc := range []struct {
@@ -271,7 +271,7 @@ func testLeastPrivilege(t *testing.T, k *testenv.SecureKafka, admin kafka.Settin
 	const prefix = "lp."
 	users := map[string]string{kafka.RoleRelay: "relay", kafka.RoleConsumers: "consumers", kafka.RoleReclaimer: "reclaimer", kafka.RoleOperator: "pipelinectl"}
 	for role, acls := range kafka.ACLs(prefix) {
-		grant(t, admin, "User:"+users[role], acls)
+		testenv.GrantACLs(t, admin, "User:"+users[role], acls)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -362,44 +362,6 @@ func testLeastPrivilege(t *testing.T, k *testenv.SecureKafka, admin kafka.Settin
 	}
 	if err := commit(nobody, nobody.Group("product-like-consumer"), events, 1); !errors.Is(err, sarama.ErrGroupAuthorizationFailed) {
 		t.Errorf("nobody commits: %v, want GROUP_AUTHORIZATION_FAILED", err)
-	}
-}
-
-// grant creates acls for principal as the admin user and waits until the
-// broker's authorizer lists them all: it answers DescribeAcls from the
-// state it authorizes with.
-func grant(t *testing.T, admin kafka.Settings, principal string, acls []kafka.ACL) {
-	t.Helper()
-	bindings, err := kafka.SaramaACLs(principal, acls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := sarama.NewClusterAdmin(admin.Brokers, admin.Config("test-admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	if err := ca.CreateACLs(bindings); err != nil {
-		t.Fatalf("create ACLs of %s: %v", principal, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		listed, err := ca.ListAcls(sarama.AclFilter{Principal: &principal, ResourceType: sarama.AclResourceAny,
-			ResourcePatternTypeFilter: sarama.AclPatternAny, Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, r := range listed {
-			n += len(r.Acls)
-		}
-		if n == len(bindings) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d ACLs listed after 30 s, want %d", principal, n, len(bindings))
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

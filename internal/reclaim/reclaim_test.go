@@ -67,7 +67,7 @@ const securedUser = "reclaimer"
 // cluster names them. The set-up (topics, dead letters, reading what was
 // republished) goes through its plain listener, whose principal is a super
 // user; the reclaimer connects over SASL_PLAINTEXT with SCRAM-SHA-512 as
-// securedUser, who may do nothing until grant allows it.
+// securedUser, who may do nothing until an ACL allows it.
 func newSecuredEnv(t *testing.T) (*env, *testenv.SecureKafka) {
 	t.Helper()
 	const prefix = "secured."
@@ -91,55 +91,6 @@ func newSecuredEnv(t *testing.T) (*env, *testenv.SecureKafka) {
 	return e, k
 }
 
-// grant allows principal acls on k, through the plain listener, and waits
-// until the broker lists every one of them: it answers DescribeAcls from
-// the state its authorizer decides with.
-func grant(t *testing.T, k *testenv.SecureKafka, principal string, acls []kafka.ACL) {
-	t.Helper()
-	bindings, err := kafka.SaramaACLs(principal, acls)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := sarama.NewClusterAdmin(k.Brokers(), kafka.Settings{}.Config("acl-admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if err := admin.CreateACLs(bindings); err != nil {
-		t.Fatalf("create the ACLs of %s: %v", principal, err)
-	}
-	key := func(r sarama.Resource, a *sarama.Acl) string {
-		return fmt.Sprint(r.ResourceType, r.ResourcePatternType, r.ResourceName, a.Operation, a.PermissionType)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		listed, err := admin.ListAcls(sarama.AclFilter{Principal: &principal, ResourceType: sarama.AclResourceAny,
-			ResourcePatternTypeFilter: sarama.AclPatternAny, Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
-		if err != nil {
-			t.Fatal(err)
-		}
-		have := map[string]bool{}
-		for _, r := range listed {
-			for _, a := range r.Acls {
-				have[key(r.Resource, a)] = true
-			}
-		}
-		missing := 0
-		for _, b := range bindings {
-			if !have[key(b.Resource, b.Acls[0])] {
-				missing++
-			}
-		}
-		if missing == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d of %d ACLs not listed after 30 s", principal, missing, len(bindings))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // refuseWrite is refuse for an env of newSecuredEnv: it grants the
 // reclaimer's principal what kafka.ACLs grants the reclaimer's role, but
 // Write on topic, and instead the operations also on topic; fix grants
@@ -159,8 +110,8 @@ func refuseWrite(t *testing.T, e *env, k *testenv.SecureKafka, also ...string) f
 		for _, op := range also {
 			acls = append(acls, kafka.ACL{Resource: "topic", Pattern: "literal", Name: topic, Operation: op})
 		}
-		grant(t, k, principal, acls)
-		return func() { grant(t, k, principal, []kafka.ACL{write}) }
+		testenv.GrantACLs(t, kafka.Settings{Brokers: k.Brokers()}, principal, acls)
+		return func() { testenv.GrantACLs(t, kafka.Settings{Brokers: k.Brokers()}, principal, []kafka.ACL{write}) }
 	}
 }
 

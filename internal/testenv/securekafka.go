@@ -6,7 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 )
 
@@ -131,4 +135,54 @@ func (k *SecureKafka) Env(t testing.TB, listener, user, mechanism, prefix string
 		t.Fatalf("testenv: no listener %q", listener)
 	}
 	return env
+}
+
+// GrantACLs creates acls for principal (User:name) through admin, a super
+// user's settings, and waits until the broker lists every one of them: it
+// answers DescribeAcls from the state its authorizer decides with, so what
+// connects afterwards meets them.
+func GrantACLs(t testing.TB, admin kafka.Settings, principal string, acls []kafka.ACL) {
+	t.Helper()
+	bindings, err := kafka.SaramaACLs(principal, acls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := sarama.NewClusterAdmin(admin.Brokers, admin.Config("test-acl-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	if err := ca.CreateACLs(bindings); err != nil {
+		t.Fatalf("testenv: create the ACLs of %s: %v", principal, err)
+	}
+	key := func(r sarama.Resource, a *sarama.Acl) string {
+		return fmt.Sprint(r.ResourceType, r.ResourcePatternType, r.ResourceName, a.Operation, a.PermissionType)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		listed, err := ca.ListAcls(sarama.AclFilter{Principal: &principal, ResourceType: sarama.AclResourceAny,
+			ResourcePatternTypeFilter: sarama.AclPatternAny, Operation: sarama.AclOperationAny, PermissionType: sarama.AclPermissionAny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, r := range listed {
+			for _, a := range r.Acls {
+				have[key(r.Resource, a)] = true
+			}
+		}
+		missing := 0
+		for _, b := range bindings {
+			if !have[key(b.Resource, b.Acls[0])] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: %s: %d of %d ACLs not listed after 30 s", principal, missing, len(bindings))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
