@@ -181,6 +181,18 @@ function nodesText(nodes) {
   return `${nodes.filter((n) => n.alive).length} / ${nodes.length}` + (parts ? ` (${parts})` : "");
 }
 
+// stackTop is the right axis's top for the stacks whose tops are tops: the
+// highest, but at most three times the median, so that a few seconds of
+// backlog (a consumer group joining while events wait, a broker failing
+// over) are clipped at the top edge instead of flattening every other
+// second's bands for the minute the chart shows.
+function stackTop(tops) {
+  const sorted = tops.filter((v) => v > 0).sort((a, b) => a - b);
+  if (sorted.length === 0) return 1;
+  const median = sorted[Math.floor((sorted.length - 1) / 2)];
+  return Math.max(1, Math.min(sorted[sorted.length - 1], 3 * median)) * 1.1;
+}
+
 function drawChart() {
   const cv = $("chart");
   const dpr = window.devicePixelRatio || 1;
@@ -206,8 +218,8 @@ function drawChart() {
     let sum = 0;
     return STAGES.map((st) => (sum += p.stages[st.name] || 0));
   });
-  const msTop = Math.max(1, ...stacks.map((s) => s[s.length - 1])) * 1.1;
-  const yMs = (v) => h - pad - (h - 2 * pad) * v / msTop;
+  const msTop = stackTop(stacks.map((s) => s[s.length - 1]));
+  const yMs = (v) => h - pad - (h - 2 * pad) * Math.min(v, msTop) / msTop;
   STAGES.forEach((st, k) => {
     if (history.length < 2) return;
     g.fillStyle = st.color;
