@@ -214,12 +214,11 @@ func (s *server) setLike(w http.ResponseWriter, r *http.Request, liked bool,
 	if err != nil {
 		return err
 	}
-	changed, err := change(r.Context(), u, id)
-	if err != nil {
+	// The cached product page needs no invalidation here: a like changes
+	// only the likes table, and like_count, which the page shows, changes
+	// when the like consumer applies the event, which invalidates it then.
+	if _, err := change(r.Context(), u, id); err != nil {
 		return err
-	}
-	if changed {
-		s.invalidate(r.Context(), id)
 	}
 	return writeJSON(w, http.StatusOK, likeJSON{ProductID: id, Liked: liked})
 }
