@@ -19,8 +19,9 @@
 // stages of an event's path (package internal/stages), and the CPU seconds
 // every process spent per 1,000 events (from /proc): the pipeline (the three
 // services and the PostgreSQL backends serving the benchmark's database)
-// and, apart, the broker; then the curve as one table, and as a figure
-// (-png).
+// and, apart, the broker; and the machine's CPU pressure over the window
+// (/proc/pressure/cpu: the share of the time some runnable task waited for a
+// core); then the curve as one table, and as a figure (-png).
 //
 // Before measuring, -warmup of the same load goes to a product of its own,
 // unmeasured, so that the windows see warm processes (above all the
@@ -345,8 +346,8 @@ func (b *bench) curve(ctx context.Context, o options, root string) error {
 func printCurve(points []*window, d time.Duration) {
 	fmt.Println()
 	fmt.Printf("### the curve: mixed load (views + new likes), %s at each rate, one stack\n\n", d)
-	fmt.Println("| requests/s | reached | end to end p50 | end to end p99 | outbox p50 / p99 | publish p50 / p99 | broker p50 / p99 | apply p50 / p99 | CPU s / 1,000 events: pipeline | broker | target (p50 / p99) |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| requests/s | reached | end to end p50 | end to end p99 | outbox p50 / p99 | publish p50 / p99 | broker p50 / p99 | apply p50 / p99 | CPU s / 1,000 events: pipeline | broker | CPU pressure | target (p50 / p99) |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	best := 0
 	has500 := false
 	for _, w := range points {
@@ -361,9 +362,9 @@ func printCurve(points []*window, d time.Duration) {
 			best = w.target
 		}
 		sq := func(s string) string { q := w.stages[s]; return ms1(q.p50) + " / " + ms1(q.p99) }
-		fmt.Printf("| %d | %.0f | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %s |\n",
+		fmt.Printf("| %d | %.0f | %s | %s | %s | %s | %s | %s | %.3f | %.3f | %s | %s |\n",
 			w.target, w.achieved, ms1(w.q(.5).Seconds()), ms1(w.q(.99).Seconds()),
-			sq("outbox"), sq("publish"), sq("broker"), sq("apply"), w.cost.perKPipeline, w.cost.perKBroker, note)
+			sq("outbox"), sq("publish"), sq("broker"), sq("apply"), w.cost.perKPipeline, w.cost.perKBroker, pct(w.cost.stalledShare), note)
 	}
 	if !has500 {
 		fmt.Printf("(no window at %d requests/s, the rate of the targets p50 ≤ %s and p99 ≤ %s)\n", targetRate, targetP50, targetP99)

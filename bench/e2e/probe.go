@@ -40,9 +40,36 @@ type proc struct {
 
 // reading is one probe of the pipeline.
 type reading struct {
+	at       time.Time
 	cpu      map[string]float64 // seconds, by process name
 	backends map[int]float64    // PostgreSQL backend pid → seconds
 	stages   map[string]stages.Window
+	// stalled is the machine's CPU pressure (/proc/pressure/cpu, "some"):
+	// the seconds during which at least one runnable task waited for a
+	// core; NaN where the kernel does not report it.
+	stalled float64
+}
+
+// cpuStalled reads the total of /proc/pressure/cpu's "some" line, in
+// seconds, or NaN when the kernel has no pressure stall information.
+func cpuStalled() float64 {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return math.NaN()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "some ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				if us, err := strconv.ParseUint(v, 10, 64); err == nil {
+					return float64(us) / 1e6
+				}
+			}
+		}
+	}
+	return math.NaN()
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux
@@ -72,7 +99,7 @@ func cpuSeconds(pid int) (float64, error) {
 
 // read takes a reading. It must not run while another goroutine uses conn.
 func (p *probe) read(ctx context.Context) (reading, error) {
-	r := reading{cpu: map[string]float64{}, backends: map[int]float64{}, stages: map[string]stages.Window{}}
+	r := reading{at: time.Now(), stalled: cpuStalled(), cpu: map[string]float64{}, backends: map[int]float64{}, stages: map[string]stages.Window{}}
 	for _, pr := range append(slices.Clone(p.procs), p.broker) {
 		s, err := cpuSeconds(pr.pid)
 		if err != nil {
@@ -151,6 +178,9 @@ type cost struct {
 	broker       float64
 	perKPipeline float64
 	perKBroker   float64
+	// stalledShare is the share of the window during which some runnable
+	// task on the machine waited for a core (NaN: not reported).
+	stalledShare float64
 }
 
 type costRow struct {
@@ -183,6 +213,7 @@ func (p *probe) summarize(before, after reading, events int64) (map[string]stage
 		c.rows = append(c.rows, costRow{fmt.Sprintf("PostgreSQL backends (%d)", c.backends), pg})
 		c.pipeline += pg
 	}
+	c.stalledShare = (after.stalled - before.stalled) / after.at.Sub(before.at).Seconds()
 	c.brokerName = p.broker.name
 	c.broker = after.cpu[p.broker.name] - before.cpu[p.broker.name]
 	if events > 0 {
@@ -234,6 +265,17 @@ func printStages(qs map[string]stageQ, c cost, events int64, e2e func(q float64)
 	fmt.Printf("| **all** (pipeline + broker) | %.2f | **%.3f** |\n", c.pipeline+c.broker, c.perKPipeline+c.perKBroker)
 	fmt.Println("(utime + stime from /proc; the broker is a process of its own, counted apart from the pipeline;")
 	fmt.Println(" Redis and PostgreSQL's background processes are shared and left out)")
+	if !math.IsNaN(c.stalledShare) {
+		fmt.Printf("CPU pressure: some runnable task on the machine waited for a core %.0f %% of the window (/proc/pressure/cpu)\n", 100*c.stalledShare)
+	}
+}
+
+// pct prints a share as a percentage, or "–" when it is unknown.
+func pct(f float64) string {
+	if math.IsNaN(f) {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", 100*f)
 }
 
 func ms(s float64) string {
