@@ -28,10 +28,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -53,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/devkafka"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
@@ -261,27 +260,6 @@ func (t *topicSets) next(ctx context.Context, what string) (k kafka.Settings, dr
 // producer options take.
 const sendTimeout = 5 * time.Second
 
-// relayOptions are the relay's producer options: publisher.Options(k,
-// sendTimeout) in services/outbox-relay/internal/publisher, which Go's
-// internal rule keeps out of this command's reach, so they are written
-// out here and must be kept equal to it. The client id differs.
-func relayOptions(k kafka.Settings, sendTimeout time.Duration) []kgo.Opt {
-	return append(k.ClientOptions("bench-baseline"),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
-		kgo.ProduceRequestTimeout(sendTimeout),
-		kgo.RecordDeliveryTimeout(sendTimeout),
-		kgo.MaxBufferedRecords(100_000),
-	)
-}
-
-func fnv32a(b []byte) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write(b)
-	return h.Sum32()
-}
-
 // rawProducer sends the payloads, mapped to the same CloudEvents records as
 // the relay sends, with a bare franz-go client on the relay's producer
 // options and no database. It returns the time from the first send to the
@@ -293,7 +271,7 @@ func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, p
 		return 0, 0, err
 	}
 	defer drop()
-	cl, err := kgo.NewClient(relayOptions(k, sendTimeout)...)
+	cl, err := kgo.NewClient(k.ProducerOptions("bench-baseline", sendTimeout)...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -609,7 +587,7 @@ func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin,
 	profiled := make(chan error, 1)
 	if o.pprof != "" {
 		go func() {
-			profiled <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, o.pprofSecs),
+			profiled <- benchkit.FetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, o.pprofSecs),
 				filepath.Join(o.pprof, fmt.Sprintf("drain-%d.pprof", round)))
 		}()
 	} else {
@@ -640,27 +618,6 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// fetchProfile saves the CPU profile url answers to path.
-func fetchProfile(url, path string) error {
-	resp, err := http.Get(url) //nolint:noctx // bounded by the profile's seconds
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // countRecords reads every record of the event topics once.

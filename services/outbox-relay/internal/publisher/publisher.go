@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -97,45 +96,13 @@ type result struct {
 	at    time.Time // when the outcome arrived: a success's acknowledgement
 }
 
-// Options returns the producer's client options: the brokers, acks from
-// every in-sync replica, idempotence (franz-go's default: records are
-// retried until they succeed), no linger (a batch goes out as soon as the
-// previous request to its broker is answered), keys placed on partitions
-// exactly as sarama's hash partitioner placed them (FNV-1a), so that events
-// of an aggregate published before and after an upgrade share a partition,
-// sendTimeout as the broker's wait for its replicas, and a request given up
-// on 3 s after that (a broker that hangs), to be retried on the partition's
-// leader then.
-func Options(k kafka.Settings, sendTimeout time.Duration) []kgo.Opt {
-	return append(k.ClientOptions("outbox-relay"),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
-		kgo.ProduceRequestTimeout(sendTimeout),
-		// No delivery timeout: a record the producer gave up on for time
-		// would take the records buffered behind it with it, but a record
-		// fed after that would go out at once, ahead of the retry of the
-		// ones before it (the three-broker fault test saw it). Records are
-		// retried until the cluster answers; the relay's own wait gives up
-		// on them (ErrSendTimeout) and retries the head, in order.
-		kgo.RequestTimeoutOverhead(3*time.Second),
-		kgo.MaxBufferedRecords(100_000),
-	)
-}
-
-func fnv32a(b []byte) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write(b)
-	return h.Sum32()
-}
-
 // New connects to Kafka and starts the producer. Records go to the event
 // topics named under k's prefix.
 func New(k kafka.Settings, sendTimeout time.Duration, reg *events.Registry, logger *slog.Logger) (*Publisher, error) {
 	if reg == nil || logger == nil {
 		return nil, errors.New("publisher: registry and logger are required")
 	}
-	client, err := kgo.NewClient(Options(k, sendTimeout)...)
+	client, err := kgo.NewClient(k.ProducerOptions("outbox-relay", sendTimeout)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to Kafka %v: %w", k.Brokers, err)
 	}

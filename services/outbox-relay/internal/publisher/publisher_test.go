@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -49,7 +50,7 @@ func TestUnpublishable(t *testing.T) {
 // before and after the producer changed share a partition, in order.
 func TestPartitionsAsSarama(t *testing.T) {
 	t.Parallel()
-	part := kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a)).ForTopic("t")
+	part := kafka.SaramaPartitioner().ForTopic("t")
 	for _, n := range []int32{1, 3, 7, 12} {
 		ref, err := sarama.NewHashPartitioner("t").Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder("x")}, n)
 		if err != nil || ref < 0 {
