@@ -66,6 +66,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/devkafka"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
@@ -419,7 +420,7 @@ func (b *bench) newProducts(n int, what string) ([]int64, error) {
 	products := make([]int64, n)
 	for i := range products {
 		var p struct{ ID int64 }
-		if err := call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
+		if err := benchkit.Call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
 			return nil, err
 		}
 		products[i] = p.ID
@@ -512,9 +513,9 @@ func (b *bench) load(ctx context.Context, products []int64, rate int, d, poll ti
 		var err error
 		kind := rand.IntN(2)
 		if kind == view {
-			err = call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
+			err = benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
 		} else {
-			err = call(b.client, "POST", b.api+"/products/"+pid+"/likes", "bench-"+strconv.Itoa(rate)+"-"+strconv.FormatInt(likes.Add(1), 10), "", nil)
+			err = benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "bench-"+strconv.Itoa(rate)+"-"+strconv.FormatInt(likes.Add(1), 10), "", nil)
 		}
 		if err != nil {
 			if failed.Add(1) == 1 {
@@ -677,27 +678,18 @@ func pollVisible(ctx context.Context, conn *pgx.Conn, products []int64, ans *ans
 	var deadline time.Time
 	for {
 		now := time.Now()
-		// The tables, not the product_metrics view: both rows of a product
-		// exist from its creation, and a read by primary key is cheap at
-		// this rate.
-		rows, err := conn.Query(ctx, `SELECT v.product_id, v.view_count, l.like_count
-			FROM product_views v JOIN product_likes l USING (product_id) WHERE product_id = ANY($1)`, products)
+		got, err := benchkit.ReadCounts(ctx, conn, products)
 		if err != nil {
 			return err
 		}
 		pending := 0
 		ans.mu.Lock()
-		for rows.Next() {
-			var id, views, likes int64
-			if err := rows.Scan(&id, &views, &likes); err != nil {
-				ans.mu.Unlock()
-				return err
-			}
+		for id, c := range got {
 			i, ok := index[id]
 			if !ok {
 				continue
 			}
-			for kind, visible := range [2]int64{views, likes} {
+			for kind, visible := range [2]int64{c.Views, c.Likes} {
 				at := ans.at[i][kind]
 				for seen[i][kind] < len(at) && int64(seen[i][kind]) < visible {
 					out.latencies = append(out.latencies, now.Sub(at[seen[i][kind]]))
@@ -709,9 +701,6 @@ func pollVisible(ctx context.Context, conn *pgx.Conn, products []int64, ans *ans
 			pending += len(ans.at[i][view]) - seen[i][view] + len(ans.at[i][like]) - seen[i][like]
 		}
 		ans.mu.Unlock()
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		select {
 		case <-stop:
 			if deadline.IsZero() {
@@ -736,25 +725,13 @@ func (b *bench) settle(ctx context.Context, w *window) error {
 	}
 	began := time.Now()
 	for {
-		rows, err := b.probe.conn.Query(ctx, `SELECT v.product_id, v.view_count, l.like_count
-			FROM product_views v JOIN product_likes l USING (product_id) WHERE product_id = ANY($1)`, w.products)
+		got, err := benchkit.ReadCounts(ctx, b.probe.conn, w.products)
 		if err != nil {
-			return err
-		}
-		got := map[int64][2]int64{}
-		for rows.Next() {
-			var id, v, l int64
-			if err := rows.Scan(&id, &v, &l); err != nil {
-				return err
-			}
-			got[id] = [2]int64{v, l}
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		behind := 0
 		for i, id := range w.products {
-			behind += max(0, w.answered[i][view]-int(got[id][view])) + max(0, w.answered[i][like]-int(got[id][like]))
+			behind += max(0, w.answered[i][view]-int(got[id].Views)) + max(0, w.answered[i][like]-int(got[id].Likes))
 		}
 		if behind == 0 {
 			fmt.Printf("(its backlog cleared %s after the load stopped)\n", time.Since(w.stopped).Round(100*time.Millisecond))
@@ -778,7 +755,7 @@ func (b *bench) profile(label string, d time.Duration) func() error {
 	admins := []string{b.pipe.APIAdmin, b.pipe.RelayAdmin, b.pipe.ConsumersAdmin}
 	for i, p := range b.pipe.Procs {
 		go func() {
-			errc <- fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admins[i], secs),
+			errc <- benchkit.FetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admins[i], secs),
 				filepath.Join(b.pprof, label+"-"+p.Name+".pprof"))
 		}()
 	}
@@ -791,26 +768,6 @@ func (b *bench) profile(label string, d time.Duration) func() error {
 	}
 }
 
-func fetchProfile(url, path string) error {
-	resp, err := http.Get(url) //nolint:noctx // bounded by the profile's seconds
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // warmUp views a product until the view shows in the aggregates, so that
 // the consumers own their partitions before measuring.
 func (b *bench) warmUp(ctx context.Context, conn *pgx.Conn) error {
@@ -818,7 +775,7 @@ func (b *bench) warmUp(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	if err := call(b.client, "GET", b.api+"/products/"+strconv.FormatInt(products[0], 10), "", "", nil); err != nil {
+	if err := benchkit.Call(b.client, "GET", b.api+"/products/"+strconv.FormatInt(products[0], 10), "", "", nil); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -849,10 +806,10 @@ func (b *bench) warmPipeline(ctx context.Context, conn *pgx.Conn, rate int, d ti
 	var views, likes atomic.Int64
 	pace(rate, d, 512, func(i int) {
 		if i%2 == 0 {
-			if call(b.client, "GET", b.api+"/products/"+pid, "", "", nil) == nil {
+			if benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil) == nil {
 				views.Add(1)
 			}
-		} else if call(b.client, "POST", b.api+"/products/"+pid+"/likes", "warm-"+strconv.Itoa(i), "", nil) == nil {
+		} else if benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "warm-"+strconv.Itoa(i), "", nil) == nil {
 			likes.Add(1)
 		}
 	})
@@ -863,12 +820,11 @@ func (b *bench) warmPipeline(ctx context.Context, conn *pgx.Conn, rate int, d ti
 func waitCounts(ctx context.Context, conn *pgx.Conn, product, views, likes int64, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		var v, l int64
-		err := conn.QueryRow(ctx, `SELECT v.view_count, l.like_count
-			FROM product_views v JOIN product_likes l USING (product_id) WHERE product_id = $1`, product).Scan(&v, &l)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		got, err := benchkit.ReadCounts(ctx, conn, []int64{product})
+		if err != nil {
 			return err
 		}
+		v, l := got[product].Views, got[product].Likes
 		if v == views && l == likes {
 			return nil
 		}
@@ -953,30 +909,6 @@ func waitReady(ctx context.Context, p *stack.Proc, limit time.Duration) (string,
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func call(client *http.Client, method, url, user, body string, out any) error {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if user != "" {
-		req.Header.Set("X-User-ID", user)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
 }
 
 // burst writes n events of one new product (half views, half likes by new

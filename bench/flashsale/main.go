@@ -20,11 +20,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -38,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/devkafka"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/stack"
@@ -275,9 +274,9 @@ func (b *flash) load(ctx context.Context, products []int64, views, likes int, ta
 				t := time.Now()
 				var err error
 				if isLike(i) {
-					err = call(b.client, "POST", b.api+"/products/"+pid+"/likes", "fs-"+tag+"-"+strconv.Itoa(i), "", nil)
+					err = benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "fs-"+tag+"-"+strconv.Itoa(i), "", nil)
 				} else {
-					err = call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
+					err = benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
 				}
 				if err != nil {
 					errs <- err
@@ -316,25 +315,13 @@ func (b *flash) waitCurrent(ctx context.Context, want map[int64][2]int64) error 
 	}
 	deadline := time.Now().Add(b.o.current)
 	for {
-		rows, err := b.conn.Query(ctx, `SELECT v.product_id, v.view_count, l.like_count
-			FROM product_views v JOIN product_likes l USING (product_id) WHERE product_id = ANY($1)`, ids)
+		got, err := benchkit.ReadCounts(ctx, b.conn, ids)
 		if err != nil {
-			return err
-		}
-		got := map[int64][2]int64{}
-		for rows.Next() {
-			var id, v, l int64
-			if err := rows.Scan(&id, &v, &l); err != nil {
-				return err
-			}
-			got[id] = [2]int64{v, l}
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		current := true
 		for id, w := range want {
-			g := got[id]
+			g := [2]int64{got[id].Views, got[id].Likes}
 			if g[0] > w[0] || g[1] > w[1] {
 				return fmt.Errorf("product %d shows %d views and %d likes, more than the %d and %d answered", id, g[0], g[1], w[0], w[1])
 			}
@@ -355,34 +342,10 @@ func (b *flash) newProducts(n int, what string) ([]int64, error) {
 	products := make([]int64, n)
 	for i := range products {
 		var p struct{ ID int64 }
-		if err := call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
+		if err := benchkit.Call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
 			return nil, err
 		}
 		products[i] = p.ID
 	}
 	return products, nil
-}
-
-func call(client *http.Client, method, url, user, body string, out any) error {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if user != "" {
-		req.Header.Set("X-User-ID", user)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
 }
