@@ -12,14 +12,10 @@ import (
 // kafkaUser is the part of Strimzi's KafkaUser (kafka.strimzi.io/v1) the
 // base uses, decoded strictly as kafkaTopic is.
 type kafkaUser struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   strimziMeta `json:"metadata"`
+	Spec       struct {
 		Authentication struct {
 			Type string `json:"type"`
 		} `json:"authentication"`

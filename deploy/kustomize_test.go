@@ -27,18 +27,22 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
+// strimziMeta is the metadata of a Strimzi resource as the manifests write
+// it, decoded strictly with the resource.
+type strimziMeta struct {
+	Name      string            `json:"name"`
+	Namespace string            `json:"namespace"`
+	Labels    map[string]string `json:"labels"`
+}
+
 // kafkaTopic is the part of Strimzi's KafkaTopic (kafka.strimzi.io/v1)
 // the base uses. The CRD is not in the client-go scheme, so it is decoded
 // strictly into this: an unknown or misspelt field fails.
 type kafkaTopic struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   strimziMeta `json:"metadata"`
+	Spec       struct {
 		TopicName  string `json:"topicName"`
 		Partitions int    `json:"partitions"`
 		Replicas   int    `json:"replicas"`
@@ -86,14 +90,10 @@ type strimziKafka struct {
 // kafkaNodePool is the part of Strimzi's KafkaNodePool (kafka.strimzi.io/v1)
 // that deploy/k8s/kafka uses, decoded strictly.
 type kafkaNodePool struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name      string            `json:"name"`
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   strimziMeta `json:"metadata"`
+	Spec       struct {
 		Replicas int      `json:"replicas"`
 		Roles    []string `json:"roles"`
 		Storage  struct {

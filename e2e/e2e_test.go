@@ -281,6 +281,16 @@ func (s *system) call(method, path, user string, body, out any) int {
 // callAt is call on the listener at base.
 func (s *system) callAt(base, method, path, user string, body, out any) int {
 	s.t.Helper()
+	h := http.Header{}
+	if user != "" {
+		h.Set("X-User-ID", user)
+	}
+	return s.send(base, method, path, h, body, out)
+}
+
+// send is callAt with the request's headers beside its JSON body.
+func (s *system) send(base, method, path string, h http.Header, body, out any) int {
+	s.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -288,8 +298,8 @@ func (s *system) callAt(base, method, path, user string, body, out any) int {
 	}
 	req, _ := http.NewRequest(method, base+"/api/v1"+path, rd)
 	req.Header.Set("Content-Type", "application/json")
-	if user != "" {
-		req.Header.Set("X-User-ID", user)
+	for k := range h {
+		req.Header.Set(k, h.Get(k))
 	}
 	resp, err := s.apiClient.Do(req)
 	if err != nil {
@@ -533,12 +543,7 @@ func TestPoisonEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	poisonID := uuid.NewString()
-	poison := outbox.Entry{EventID: poisonID, Source: "e2e", Record: events.Record{
-		Type: "loopers.product.exploded.v1", AggregateType: "Product", AggregateID: strconv.FormatInt(p.ID, 10), Data: []byte("{}")}}
-	if _, err := outbox.Insert(ctx, conn.QueryRow, poison); err != nil {
-		t.Fatal(err)
-	}
+	poisonID := insertPoison(t, conn, strconv.FormatInt(p.ID, 10))
 	for range 3 {
 		s.expect(s.call("GET", "/products/"+strconv.FormatInt(p.ID, 10), "u", nil, nil), http.StatusOK)
 	}
@@ -562,4 +567,18 @@ func TestPoisonEvent(t *testing.T) {
 	if h[pcon.HeaderError] == "" || h[pcon.HeaderOriginalOffset] == "" || h[pcon.HeaderOriginalPartition] == "" {
 		t.Errorf("DLT record lacks origin headers: %v", h)
 	}
+}
+
+// insertPoison writes an event of a type no consumer knows, about product
+// id, straight into the outbox, and returns its event id: the relay
+// publishes it to product-events, where the view consumer dead-letters it.
+func insertPoison(t *testing.T, conn *pgx.Conn, product string) string {
+	t.Helper()
+	id := uuid.NewString()
+	poison := outbox.Entry{EventID: id, Source: "e2e", Record: events.Record{
+		Type: "loopers.product.exploded.v1", AggregateType: "Product", AggregateID: product, Data: []byte("{}")}}
+	if _, err := outbox.Insert(t.Context(), conn.QueryRow, poison); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -85,27 +83,9 @@ func (p *identityProvider) token(t *testing.T, sub string, roles ...string) stri
 // callWithToken is call with a bearer token instead of X-User-ID.
 func (s *system) callWithToken(method, path, token string, body, out any) int {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.api+"/api/v1"+path, rd)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := s.apiClient.Do(req)
-	if err != nil {
-		s.t.Errorf("%s %s: %v", method, path, err)
-		return 0
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			s.t.Errorf("%s %s: decode %s: %v", method, path, b, err)
-		}
-	}
-	return resp.StatusCode
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token)
+	return s.send(s.api, method, path, h, body, out)
 }
 
 // TestLivePageJWT loads the live page of a commerce-api in jwt mode (its

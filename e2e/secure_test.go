@@ -19,16 +19,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
-	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
-	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
 // TestSecureKafka runs the pipeline against a broker secured as a
@@ -141,12 +138,7 @@ func testSecurePipeline(t *testing.T, k *testenv.SecureKafka, listener, prefix, 
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	poisonID := uuid.NewString()
-	poison := outbox.Entry{EventID: poisonID, Source: "e2e", Record: events.Record{
-		Type: "loopers.product.exploded.v1", AggregateType: "Product", AggregateID: pid[1], Data: []byte("{}")}}
-	if _, err := outbox.Insert(ctx, conn.QueryRow, poison); err != nil {
-		t.Fatal(err)
-	}
+	poisonID := insertPoison(t, conn, pid[1])
 
 	want := map[int64]aggregate{
 		ids[0]: {Likes: 2, Sales: 2, Amount: 2 * prices[0], Views: 2},
@@ -256,7 +248,7 @@ func secureEnv(t *testing.T, k *testenv.SecureKafka, listener, user, prefix stri
 	env := k.Env(t, listener, user, kafka.MechanismSCRAMSHA512, prefix)
 	if pw, ok := env["KAFKA_SASL_PASSWORD"]; ok {
 		delete(env, "KAFKA_SASL_PASSWORD")
-		env["KAFKA_SASL_PASSWORD_FILE"] = secretFile(t, user+"-password", pw+"\n")
+		env["KAFKA_SASL_PASSWORD_FILE"] = testenv.SecretFile(t, user+"-password", pw+"\n")
 	}
 	return env
 }
@@ -273,17 +265,6 @@ func roleEnv(env map[string]string, role string) map[string]string {
 	return out
 }
 
-// secretFile writes content to a file only its owner may read and returns
-// its path.
-func secretFile(t *testing.T, name, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // testBadCredentials starts the relay and product-consumers against the
 // secure broker with one credential each that cannot work: each must exit
 // non-zero at start, its last record naming the variable to fix, without
@@ -294,7 +275,7 @@ func testBadCredentials(t *testing.T, k *testenv.SecureKafka) {
 	const prefix = "bad."
 	const wrong = "not-the-password-3f9a"
 	other := testenv.NewCA(t, "not-the-brokers")
-	wrongFile := secretFile(t, "wrong-password", wrong+"\n")
+	wrongFile := testenv.SecretFile(t, "wrong-password", wrong+"\n")
 	missing := filepath.Join(t.TempDir(), "no-such-key.pem")
 	dbURL, redisURL := testenv.DatabaseURL(t), testenv.RedisURL(t)
 	saslSSL := func(user string) map[string]string { return secureEnv(t, k, testenv.ListenerSASLSSL, user, prefix) }

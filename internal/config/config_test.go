@@ -1,7 +1,6 @@
 package config_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 func TestLoader(t *testing.T) {
@@ -107,14 +107,8 @@ func TestVarsRecordsWhatWasRead(t *testing.T) {
 // name the variable and never quote the password.
 func TestURLFromFile(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return testenv.SecretFile(t, name, content) }
+	empty := write("empty", "\n")
 	good := write("good", "postgres://app:s3cret@db:5432/app?sslmode=verify-full\n")
 	for _, tc := range []struct {
 		name     string
@@ -128,8 +122,8 @@ func TestURLFromFile(t *testing.T) {
 		{name: "both", env: map[string]string{"DB": "postgres://db/app", "DB_FILE": good}, wantErr: "DB / DB_FILE: set one of them, not both"},
 		{name: "neither", env: map[string]string{}, wantErr: "DB: is required (or DB_FILE, a file holding it)"},
 		{name: "neither, optional", env: map[string]string{}, optional: true, want: ""},
-		{name: "no such file", env: map[string]string{"DB_FILE": filepath.Join(dir, "missing")}, wantErr: "DB_FILE: open"},
-		{name: "an empty file", env: map[string]string{"DB_FILE": write("empty", "\n")}, wantErr: "DB_FILE: " + filepath.Join(dir, "empty") + " is empty"},
+		{name: "no such file", env: map[string]string{"DB_FILE": filepath.Join(t.TempDir(), "missing")}, wantErr: "DB_FILE: open"},
+		{name: "an empty file", env: map[string]string{"DB_FILE": empty}, wantErr: "DB_FILE: " + empty + " is empty"},
 		{name: "a wrong scheme in the file", env: map[string]string{"DB_FILE": write("mysql", "mysql://u:pw@h/db")}, wantErr: `DB_FILE: scheme must be one of postgres, got "mysql"`},
 		{name: "not a URL, password hidden", env: map[string]string{"DB_FILE": write("bad", "postgres://u:hunter2@/")}, wantErr: "DB_FILE: must be a URL"},
 	} {

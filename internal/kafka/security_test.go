@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,14 +36,7 @@ func newFiles(t *testing.T) files {
 	f.expired = f.ca.IssueWith(t, "old", nil, func(c *x509.Certificate) {
 		c.NotBefore, c.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
 	})
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return testenv.SecretFile(t, name, content) }
 	f.notPEM = write("not.pem", "this is no certificate\n")
 	f.pwNewline = write("password", "s3cret pass\n")
 	f.empty = write("empty", "\n")

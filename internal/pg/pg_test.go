@@ -267,9 +267,6 @@ func TestTryLock(t *testing.T) {
 func TestListen(t *testing.T) {
 	t.Parallel()
 	db := open(t, pg.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	calls := make(chan struct{}, 16)
-	done := make(chan struct{})
 	var logs strings.Builder
 	var mu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(writerFunc(func(p []byte) (int, error) {
@@ -277,19 +274,7 @@ func TestListen(t *testing.T) {
 		defer mu.Unlock()
 		return logs.Write(p)
 	}), nil))
-	go func() {
-		defer close(done)
-		db.Listen(ctx, logger, "pg test", func() { calls <- struct{}{} })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	wait := func(what string) {
-		t.Helper()
-		select {
-		case <-calls:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no notify call for %s", what)
-		}
-	}
+	_, wait := listen(t, db, logger, "pg test")
 	wait("the connection")
 	if _, err := db.Pool.Exec(context.Background(), `SELECT pg_notify('pg test', '')`); err != nil {
 		t.Fatal(err)
@@ -305,6 +290,28 @@ func TestListen(t *testing.T) {
 	defer mu.Unlock()
 	if !strings.Contains(logs.String(), `"msg":"lost the LISTEN connection; reconnecting","channel":"pg test","error":`) {
 		t.Errorf("the lost connection is not logged with its error: %s", logs.String())
+	}
+}
+
+// listen runs db.Listen on channel until the test ends; it returns the
+// channel each notify call arrives on and a wait for the next one.
+func listen(t *testing.T, db *pg.DB, logger *slog.Logger, channel string) (<-chan struct{}, func(what string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := make(chan struct{}, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		db.Listen(ctx, logger, channel, func() { calls <- struct{}{} })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return calls, func(what string) {
+		t.Helper()
+		select {
+		case <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no notify call for %s", what)
+		}
 	}
 }
 
@@ -374,29 +381,14 @@ func TestNotifierFollowsEveryCall(t *testing.T) {
 func TestNotifierNotifiesListeners(t *testing.T) {
 	t.Parallel()
 	db := open(t, pg.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	calls := make(chan struct{}, 16)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		db.Listen(ctx, slog.New(slog.DiscardHandler), "notifier test", func() { calls <- struct{}{} })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	wait := func(what string) {
-		t.Helper()
-		select {
-		case <-calls:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no notification for %s", what)
-		}
-	}
+	calls, wait := listen(t, db, slog.New(slog.DiscardHandler), "notifier test")
 	wait("the connection")
 	n := db.NewNotifier("notifier test")
 	t.Cleanup(n.Close)
 	n.Notify()
 	wait("a Notify")
 	var killed int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE 'SELECT pg_notify%' AND pid <> pg_backend_pid()`).Scan(&killed); err != nil || killed != 1 {
 		t.Fatalf("kill the notifier's connection: %d killed, %v", killed, err)
 	}

@@ -137,6 +137,13 @@ func serial(t testing.TB) *big.Int {
 	return n
 }
 
+// SecretFile writes content to a file of the test's own that only its
+// owner may read, as a mounted Secret is, and returns its path.
+func SecretFile(t testing.TB, name, content string) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), name, []byte(content))
+}
+
 func writeFile(t testing.TB, dir, name string, b []byte) string {
 	t.Helper()
 	path := filepath.Join(dir, name)

@@ -3,13 +3,10 @@ package auth_test
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/config/configtest"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth/authtest"
 )
@@ -79,24 +76,7 @@ func TestLoad(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := config.Parse(config.FromMap(tc.env), auth.Load)
-			if tc.wantErr == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(tc.want, got); diff != "" {
-					t.Errorf("config (-want +got):\n%s", diff)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("no error; want one naming %v", tc.wantErr)
-			}
-			for _, name := range tc.wantErr {
-				if !strings.Contains(err.Error(), name) {
-					t.Errorf("error %q does not name %s", err, name)
-				}
-			}
+			configtest.Check(t, tc.env, auth.Load, tc.want, tc.wantErr)
 		})
 	}
 }
