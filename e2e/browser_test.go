@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/stack"
 )
@@ -256,9 +258,42 @@ func TestLivePage(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`#user`), "bob"),
 		chromedp.Click(chromedp.CSS(`button[data-action="like"]`)),
 	)
-	within(t, ctx, 2*time.Second, "the like count changes within 2 s after the reconnection",
-		until(fmt.Sprintf(`%s.textContent !== %q`, count, before)))
+	changed, cancelChanged := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelChanged()
+	if err := chromedp.Do(changed, until(fmt.Sprintf(`%s.textContent !== %q`, count, before))); err != nil {
+		t.Fatalf("the like count changes within 2 s after the reconnection: %v\n%s", err, s.likeTrail(t, ctx, target, "bob"))
+	}
 	t.Logf("browser test took %v", time.Since(began).Round(time.Millisecond))
+}
+
+// likeTrail says where user's like of product stands, for a failure: the
+// page's log of its requests, the like's row, its outbox row and the
+// relay's cursor, and the product's like count.
+func (s *system) likeTrail(t *testing.T, ctx context.Context, product int64, user string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "page log: %s\n", eval[string](t, ctx, `[...document.querySelectorAll("#log li")].map((li) => li.textContent).join(" | ")`))
+	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	if err != nil {
+		return b.String() + err.Error()
+	}
+	defer conn.Close(context.Background())
+	var liked bool
+	var outboxID, cursor, count *int64
+	err = conn.QueryRow(context.Background(), `SELECT
+		EXISTS (SELECT FROM likes WHERE user_id = $2 AND product_id = $1),
+		(SELECT max(id) FROM outbox WHERE aggregate_id = $1::text AND payload LIKE '%' || $2 || '%'),
+		(SELECT last_processed_id FROM outbox_cursor),
+		(SELECT like_count FROM product_likes WHERE product_id = $1)`, product, user).Scan(&liked, &outboxID, &cursor, &count)
+	fmt.Fprintf(&b, "liked %t, outbox id %v, relay cursor %v, like_count %v, error %v", liked, deref(outboxID), deref(cursor), deref(count), err)
+	return b.String()
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // waitLikes waits until the API reports product id with at least n likes.
