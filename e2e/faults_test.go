@@ -176,8 +176,8 @@ func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault b
 	stopKills := killConsumersEvery(s, 2*time.Second)
 	t.Cleanup(stopKills)
 
-	res := &soakResult{fault: fault.name, node: "–"}
 	start := time.Now()
+	res := &soakResult{fault: fault.name, node: "–", start: start}
 	stopLoad := l.run(cfg.rate, cfg.workers)
 	t.Cleanup(stopLoad) // a failed test stops its load before its processes
 	var hit *faultHit
