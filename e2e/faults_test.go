@@ -171,7 +171,10 @@ func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault b
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	l := newLoad(t, s, 8, 50)
+	// 20 products: with fewer, a payment queues behind the others on its
+	// product's row lock past commerce-api's 3 s statement timeout (503)
+	// when the 2 cores are busy.
+	l := newLoad(t, s, 20, 50)
 	clock := watchCommits(t, s.dbURL)
 	stopKills := killConsumersEvery(s, 2*time.Second)
 	t.Cleanup(stopKills)
@@ -185,8 +188,10 @@ func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault b
 		sleepUntil(start.Add(cfg.load / 6))
 		hit = injectFault(t, s, c, fault)
 		res.node = strconv.Itoa(hit.node.ID())
-		sleepUntil(hit.at.Add(cfg.down))
-		hit.restart(t)
+		// Beside the run: a node slow to start must not push the relay's
+		// kill or the load's end back.
+		go hit.restart(t, hit.at.Add(cfg.down))
+		t.Cleanup(func() { <-hit.started }) // it logs: not after the test ended
 	}
 	sleepUntil(start.Add(cfg.load * 3 / 5))
 	rk := killLeadingRelay(t, conn, map[string]*stack.Proc{adminA: relayA, adminB: relayB})
@@ -410,7 +415,9 @@ type faultHit struct {
 	epochs    map[topicPartition]int32
 	restarted time.Time     // the node's start after the fault
 	answered  time.Duration // from that start until it answered
-	done      chan struct{}
+	started   chan struct{} // closed when the restart ended
+	startErr  error
+	done      chan struct{} // closed when the watch ended
 	back      map[topicPartition]time.Time
 	err       error
 }
@@ -430,7 +437,7 @@ func injectFault(t *testing.T, s *system, c *kafkabroker.Cluster, fault brokerFa
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &faultHit{node: n, signal: fault.signal, prefix: s.kafka.Prefix, epochs: map[topicPartition]int32{}, back: map[topicPartition]time.Time{}, done: make(chan struct{})}
+	h := &faultHit{node: n, signal: fault.signal, prefix: s.kafka.Prefix, epochs: map[topicPartition]int32{}, back: map[topicPartition]time.Time{}, started: make(chan struct{}), done: make(chan struct{})}
 	// The event topics only: their dead-letter and parked topics get no
 	// records in the soak.
 	eventTopics := events.NewRegistry().Topics()
@@ -509,25 +516,30 @@ func everyNodesMetadata(c *kafkabroker.Cluster) []*sarama.MetadataResponse {
 	return slices.DeleteFunc(out, func(md *sarama.MetadataResponse) bool { return md == nil })
 }
 
-// restart starts the node again and waits until it answers.
-func (h *faultHit) restart(t *testing.T) {
-	t.Helper()
+// restart starts the node again at at and waits until it answers; wait
+// reports its failure.
+func (h *faultHit) restart(t *testing.T, at time.Time) {
+	defer close(h.started)
+	sleepUntil(at)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h.restarted = time.Now()
 	if err := h.node.Start(ctx); err != nil {
-		t.Fatalf("restart node %d: %v", h.node.ID(), err)
+		h.startErr = fmt.Errorf("restart node %d: %w", h.node.ID(), err)
+		return
 	}
 	h.answered = time.Since(h.restarted)
 	t.Logf("node %d started again at %s, answers after %.1f s", h.node.ID(), h.restarted.Format(logTime), h.answered.Seconds())
 }
 
-// wait returns the fault's partitions and when each had a leader again.
+// wait returns the fault once its node was started again and its
+// partitions have a leader again.
 func (h *faultHit) wait(t *testing.T) *faultHit {
 	t.Helper()
+	<-h.started
 	<-h.done
-	if h.err != nil {
-		t.Fatal(h.err)
+	if err := errors.Join(h.startErr, h.err); err != nil {
+		t.Fatal(err)
 	}
 	return h
 }
