@@ -61,12 +61,12 @@ import (
 // held rows appended; and the time from the last request to the aggregates
 // exact.
 //
-// The latency targets (soakTargets) are asserted only with
+// The latency targets (missedTargets) are asserted only with
 // SOAK_ASSERT_TARGETS=1: the relay today stops every partition when one
 // send is slow (its ordered retry holds back every later row for the send
-// timeout plus the retry interval), so they fail until the relay holds back
-// only the failing partition; the relay being rewritten to meet them, the
-// table is what to compare before and after.
+// timeout plus the retry interval), so they fail until the relay, being
+// rewritten to meet them, holds back only the failing partition. Until then
+// they are logged, and the table is what to compare before and after.
 //
 // Sizes: SOAK_RATE, SOAK_SECONDS (each run's load, 30), SOAK_DOWN_SECONDS
 // (how long a faulted node stays down, 8), SOAK_WORKERS (the load's
