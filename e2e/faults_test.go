@@ -55,7 +55,7 @@ import (
 // key in sequence order, and product_metrics equal to the oracle of the
 // domain tables: these are asserted strictly. The run measures, and logs
 // as a table (soakTable), each event's delay from its commit to its append
-// (soakLatency says how both ends are read), separately for the partitions
+// (soak_test.go says how both ends are read), separately for the partitions
 // the fault touched (those the faulted node led when it was hit) and the
 // others; the time from a touched partition having a leader again to its
 // held rows appended; and the time from the last request to the aggregates

@@ -19,7 +19,7 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// soakLatency: how the soak times an event from its commit to its append.
+// How the soak times an event from its commit to its append.
 //
 // The append is the broker's: the soak's topics have
 // message.timestamp.type=LogAppendTime, so a record's timestamp is when
