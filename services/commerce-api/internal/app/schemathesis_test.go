@@ -108,7 +108,8 @@ func runSchemathesis(t *testing.T, bin, schema, base string, args []string, logs
 	cmd := exec.CommandContext(ctx, bin, all...)
 	// Its cache and reports go to a directory of the test's own.
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=schemathesis_hooks", "PYTHONPATH="+testdata)
+	// The hooks are imported from testdata, which stays as checked out.
+	cmd.Env = append(os.Environ(), "SCHEMATHESIS_HOOKS=schemathesis_hooks", "PYTHONPATH="+testdata, "PYTHONDONTWRITEBYTECODE=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
