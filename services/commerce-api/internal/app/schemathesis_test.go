@@ -12,6 +12,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth/authtest"
+	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store/storetest"
 )
 
 // SchemathesisEnv names the Schemathesis CLI that scripts/testenv.sh
@@ -55,6 +56,7 @@ func TestSchemathesis(t *testing.T) {
 			args = append(args, "--exclude-operation-id", op)
 		}
 		runSchemathesis(t, bin, public+"/openapi.yaml", public, args, logs)
+		checkWrites(t, cfg.DatabaseURL)
 		// The operators' listener, for the operations only it serves and
 		// its probes; it is the same whatever AUTH_MODE is.
 		args = nil
@@ -83,7 +85,26 @@ func TestSchemathesis(t *testing.T) {
 			args = append(args, "--exclude-operation-id", op)
 		}
 		runSchemathesis(t, bin, public+"/openapi.yaml", public, args, logs)
+		checkWrites(t, cfg.DatabaseURL)
 	})
+}
+
+// checkWrites fails the test unless the run wrote through every kind of
+// write, as its acting user: a run whose every request was refused (a
+// token the server does not take, say) would find nothing and pass.
+func checkWrites(t *testing.T, databaseURL string) {
+	t.Helper()
+	db := storetest.Open(t, databaseURL)
+	for _, q := range []string{
+		`SELECT count(*) FROM products`,
+		// A like may be cancelled later in the run; its event stays.
+		`SELECT count(*) FROM outbox WHERE event_type = 'loopers.like.created.v1'`,
+		`SELECT count(*) FROM orders WHERE user_id = 'schemathesis'`,
+	} {
+		if n := db.Int(t, q); n == 0 {
+			t.Errorf("%s: 0 after the run", q)
+		}
+	}
 }
 
 // runSchemathesis runs the CLI at bin on the document at schema against
