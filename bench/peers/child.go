@@ -90,6 +90,7 @@ func pconPeer(args []string) error {
 	check := checkOrder && ord == pcon.KeyOrder
 	var (
 		done, violations atomic.Int64
+		recorded         atomic.Int64
 		first, last      atomic.Int64
 		lastSeq          sync.Map
 		late             []int64
@@ -130,7 +131,10 @@ func pconPeer(args []string) error {
 		if late != nil && k <= int64(n) {
 			late[k-1] = now - intended
 		}
-		if k == int64(n) {
+		// Finished once every record's lateness is written, not when the
+		// n-th record is counted: a record counted earlier may still be
+		// writing its own.
+		if recorded.Add(1) == int64(n) {
 			last.Store(now)
 			close(finished)
 		}

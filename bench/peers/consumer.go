@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -350,6 +351,8 @@ func (a *consumerArm) cell(ctx context.Context, cell consumerCell) (cellResult, 
 			if err != nil {
 				return cellResult{}, err
 			}
+			slog.Info("consumer run", "side", s, "cell", cell.String(), "round", round+1, "records", n,
+				"records_per_s", int(r.rate), "cpu_s_per_1k", r.cpuPer1k())
 			if round >= 0 {
 				out.runs[s] = append(out.runs[s], r)
 			}
@@ -391,6 +394,7 @@ func (a *consumerArm) live(ctx context.Context, rate int) (liveResult, error) {
 			return out, err
 		}
 		out.runs[s] = r
+		slog.Info("live consumer run", "side", s, "rate", rate, "p50", time.Duration(r.res.P50NS), "p99", time.Duration(r.res.P99NS))
 	}
 	return out, nil
 }

@@ -37,6 +37,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"slices"
@@ -49,19 +50,19 @@ import (
 )
 
 func main() {
-	if ok, err := runChild(); ok {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench/peers:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout, os.Args[1:]); err != nil {
+	if err := mainErr(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/peers:", err)
 		os.Exit(1)
 	}
+}
+
+func mainErr() error {
+	if ok, err := runChild(); ok {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Stdout, os.Args[1:])
 }
 
 type options struct {
@@ -247,29 +248,39 @@ func run(ctx context.Context, out io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	runs, err := measure(ctx, out, o)
 	if err != nil {
 		return err
+	}
+	if o.docs != "" {
+		return writeDocs(o.docs, o, runs)
+	}
+	return nil
+}
+
+// measure runs the arms on every cluster size, printing each cluster's
+// tables as it finishes.
+func measure(ctx context.Context, out io.Writer, o options) ([]clusterRun, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
 	// Build the Java peers before any broker starts: a missing JDK or Maven
 	// fails here, with what to install.
 	for _, p := range o.javaPeers() {
 		if _, err := p.classpath(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var runs []clusterRun
 	for _, n := range o.nodes {
 		r, err := runCluster(ctx, out, o, self, n)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		runs = append(runs, r)
 	}
-	if o.docs != "" {
-		return writeDocs(o.docs, o, runs)
-	}
-	return nil
+	return runs, nil
 }
 
 func (o options) javaPeers() []javaPeer {
@@ -292,6 +303,7 @@ func runCluster(ctx context.Context, out io.Writer, o options, self string, node
 	if err != nil {
 		return clusterRun{}, fmt.Errorf("start %d Apache Kafka node(s): %w", nodes, err)
 	}
+	slog.Info("cluster up", "nodes", nodes)
 	defer c.Close()
 	rf, minISR := min(nodes, 3), 1
 	if nodes >= 3 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -197,11 +198,15 @@ func (c *pgCluster) dropDatabase(ctx context.Context, name string) error {
 // close stops the server (a fast shutdown) and removes its directory.
 func (c *pgCluster) close() {
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	var err error
 	select {
-	case <-c.done:
+	case err = <-c.done:
 	case <-time.After(30 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.done
+		err = <-c.done
+	}
+	if err != nil {
+		slog.Warn("the arm's PostgreSQL did not shut down cleanly", "err", err)
 	}
 	_ = os.RemoveAll(c.dir)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +181,7 @@ func runRelayArm(ctx context.Context, o options, c *kafkabroker.Cluster, self st
 					return nil, err
 				}
 				a.res.latency[rate][p] = append(a.res.latency[rate][p], ph)
+				slog.Info("relay latency run", "side", p, "rate", rate, "p50", ph.p50, "p99", ph.p99)
 			}
 			if o.drainRows > 0 {
 				ph, err := a.phase(ctx, p, 0, o.drainRows)
@@ -187,6 +189,7 @@ func runRelayArm(ctx context.Context, o options, c *kafkabroker.Cluster, self st
 					return nil, err
 				}
 				a.res.drain[p] = append(a.res.drain[p], ph)
+				slog.Info("relay drain run", "side", p, "rows", ph.n, "events_per_s", int(ph.rate))
 			}
 		}
 	}
@@ -398,7 +401,9 @@ func (a *relayArm) stopSide(b *bed) (map[string]any, error) {
 func (a *relayArm) closeBed(ctx context.Context, b *bed) {
 	if b.cmd != nil {
 		_ = b.cmd.Process.Kill()
-		<-b.done
+		if err := <-b.done; err != nil {
+			slog.Info("stopped a side after a failed run", "side", b.peer, "err", err)
+		}
 	}
 	if b.wake != nil {
 		b.wake.Close()

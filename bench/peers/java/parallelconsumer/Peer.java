@@ -54,7 +54,7 @@ public final class Peer {
                 .build();
         ParallelStreamProcessor<byte[], byte[]> pc = ParallelStreamProcessor.createEosStreamProcessor(opts);
 
-        AtomicLong done = new AtomicLong(), violations = new AtomicLong(), first = new AtomicLong(), last = new AtomicLong();
+        AtomicLong done = new AtomicLong(), recorded = new AtomicLong(), violations = new AtomicLong(), first = new AtomicLong(), last = new AtomicLong();
         long[] lateNanos = live ? new long[records] : null;
         Map<String, Long> lastSeq = new ConcurrentHashMap<>();
         CountDownLatch finished = new CountDownLatch(1);
@@ -88,7 +88,10 @@ public final class Peer {
                 if (live && n <= records) {
                     lateNanos[(int) n - 1] = now - intended;
                 }
-                if (n == records) {
+                // Finished once every record's lateness is written, not when
+                // the last record is counted: a record counted earlier may
+                // still be writing its own.
+                if (recorded.incrementAndGet() == records) {
                     last.set(now);
                     finished.countDown();
                 }
