@@ -132,3 +132,19 @@ func TestCells(t *testing.T) {
 		})
 	}
 }
+
+func TestArgsForDocs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		args, want []string
+	}{
+		{[]string{"-nodes", "1", "-docs", "docs/benchmarks.md", "-full"}, []string{"-nodes", "1", "-full"}},
+		{[]string{"--docs=docs/benchmarks.md", "-rounds", "5"}, []string{"-rounds", "5"}},
+		{[]string{"-docs", "x.md"}, nil},
+	}
+	for _, tc := range tests {
+		if diff := cmp.Diff(tc.want, argsForDocs(tc.args)); diff != "" {
+			t.Errorf("argsForDocs(%q) (-want +got):\n%s", tc.args, diff)
+		}
+	}
+}

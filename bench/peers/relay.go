@@ -1,11 +1,12 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -206,7 +207,8 @@ type bed struct {
 	topics  []string
 	cmd     *exec.Cmd
 	done    chan error
-	stdout  *bufio.Scanner
+	stdout  bytes.Buffer   // read once the side has exited
+	stdin   io.WriteCloser // Debezium's: closing it stops the peer
 	logPath string
 }
 
@@ -325,12 +327,13 @@ func (a *relayArm) startSide(ctx context.Context, b *bed, n int) error {
 		return err
 	}
 	b.cmd.Stderr = logf
-	stdout, err := b.cmd.StdoutPipe()
-	if err != nil {
+	// exec copies stdout into the buffer and Wait returns once the copy
+	// is done, so the buffer is whole when the side has exited.
+	b.cmd.Stdout = &b.stdout
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
 		logf.Close()
 		return err
 	}
-	b.stdout = bufio.NewScanner(stdout)
 	if err := b.cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", b.peer, err)
@@ -361,19 +364,12 @@ func (a *relayArm) logTail(b *bed) string {
 	return tail(string(log))
 }
 
-// stopSide ends the side's process (Debezium ends by itself once it has
-// sent every record) and returns its JSON line, if it printed one.
+// stopSide ends the side's process (SIGTERM; Debezium's peer stops when
+// its stdin closes) and returns its JSON line, if it printed one.
 func (a *relayArm) stopSide(b *bed) (map[string]any, error) {
-	lines := make(chan string, 1)
-	go func() {
-		for b.stdout.Scan() {
-			if strings.HasPrefix(b.stdout.Text(), "{") {
-				lines <- b.stdout.Text()
-			}
-		}
-		close(lines)
-	}()
-	if b.peer.kind() != debeziumKind {
+	if b.peer.kind() == debeziumKind {
+		_ = b.stdin.Close()
+	} else {
 		_ = b.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	var err error
@@ -387,8 +383,14 @@ func (a *relayArm) stopSide(b *bed) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w\n%s", b.peer, err, a.logTail(b))
 	}
-	line, ok := <-lines
-	if !ok {
+	var line string
+	for _, l := range strings.Split(b.stdout.String(), "\n") {
+		if strings.HasPrefix(l, "{") {
+			line = l
+			break
+		}
+	}
+	if line == "" {
 		return nil, nil
 	}
 	var res map[string]any

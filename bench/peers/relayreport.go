@@ -95,12 +95,14 @@ func printRelays(out io.Writer, o options, r clusterRun) {
 	}
 }
 
-// chartBars are the relay's drain over each other side's, for the chart.
-func (r *relayResults) chartBars() []bar {
+// chartBars are the relay's drain over each other side's, for the chart,
+// in the order of sides.
+func (r *relayResults) chartBars(sides []relayPeer) []bar {
 	var out []bar
 	ours := median(phases(r.drain[ourRelay], func(p relayPhase) float64 { return p.rate }))
-	for p, ps := range r.drain {
-		if p == ourRelay || ours == 0 {
+	for _, p := range sides {
+		ps := r.drain[p]
+		if p == ourRelay || ours == 0 || len(ps) == 0 {
 			continue
 		}
 		out = append(out, bar{"drain, relay ÷ " + string(p), ours / median(phases(ps, func(p relayPhase) float64 { return p.rate }))})

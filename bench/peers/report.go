@@ -180,7 +180,7 @@ func writeDocs(path string, o options, runs []clusterRun) error {
 	}
 	var s strings.Builder
 	s.WriteString(docsBegin + "\n\n")
-	fmt.Fprintf(&s, "Measured %s with `go run ./bench/peers %s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(o.argsForDocs(), " "))
+	fmt.Fprintf(&s, "Measured %s with `go run ./bench/peers %s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(argsForDocs(os.Args[1:]), " "))
 	for _, r := range runs {
 		fmt.Fprintf(&s, "#### %d node(s)\n\n%s.\n\n", r.nodes, r.broker)
 		for _, t := range consumerTables(r) {
@@ -191,17 +191,22 @@ func writeDocs(path string, o options, runs []clusterRun) error {
 				t.markdown(&s)
 			}
 		}
-		s.WriteString(chart(r))
+		s.WriteString(chart(o, r))
 	}
 	doc = doc[:i] + s.String() + doc[j:]
 	return os.WriteFile(path, []byte(doc), 0o644)
 }
 
-// argsForDocs is the command line that reproduces the run, without -docs.
-func (o options) argsForDocs() []string {
+// argsForDocs is the command line that reproduces the run, without -docs
+// and its value.
+func argsForDocs(args []string) []string {
 	var a []string
-	for _, arg := range os.Args[1:] {
-		if !strings.HasPrefix(arg, "-docs") {
+	for i := 0; i < len(args); i++ {
+		switch arg := args[i]; {
+		case arg == "-docs" || arg == "--docs":
+			i++ // and its value
+		case strings.HasPrefix(arg, "-docs=") || strings.HasPrefix(arg, "--docs="):
+		default:
 			a = append(a, arg)
 		}
 	}
@@ -216,7 +221,7 @@ type bar struct {
 
 // chart draws our records/s (or events/s) over the peer's as bars, one per
 // cell: a ratio of 1 is the peer's level, marked |.
-func chart(r clusterRun) string {
+func chart(o options, r clusterRun) string {
 	var bars []bar
 	for _, c := range r.cells {
 		bars = append(bars, bar{"consumer " + c.cell.String(),
@@ -224,7 +229,7 @@ func chart(r clusterRun) string {
 				median(each(c.runs[pcSide], func(x consumerRun) float64 { return x.rate }))})
 	}
 	if r.relay != nil {
-		bars = append(bars, r.relay.chartBars()...)
+		bars = append(bars, r.relay.chartBars(o.relayPeers)...)
 	}
 	if len(bars) == 0 {
 		return ""

@@ -1,9 +1,10 @@
 // Peer runs Debezium's embedded engine (PostgreSQL connector, pgoutput, the
 // outbox EventRouter) paired with a KafkaProducer the way Debezium Server's
 // Kafka sink pairs them: each batch's records are sent, each send's future
-// is waited for, and only then is the record marked processed. It stops
-// once it has sent the given number of records and prints one JSON line of
-// results on stdout.
+// is waited for, and only then is the record marked processed. Once it has
+// sent the given number of records it prints one JSON line of results on
+// stdout, and stops when its stdin closes: the benchmark reads its CPU
+// time until then.
 //
 // Options: --records N and the engine's properties as --P name=value pairs
 // (bench/peers passes the connection, slot, publication, routing and the
@@ -114,6 +115,9 @@ public final class Peer {
                 + "\",\"records\":" + records + ",\"handled\":" + sent.get()
                 + ",\"first_ns\":" + first.get() + ",\"last_ns\":" + last.get() + "}");
         System.out.flush();
+        while (System.in.read() >= 0) {
+            // wait for the benchmark to close stdin
+        }
         dbz.close();
         kp.close();
         run.shutdown();
