@@ -25,7 +25,7 @@
 // temporary directory, wal_level=logical, its own port), so the tests'
 // PostgreSQL is left as it is.
 //
-//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/peers      # the default cells (≈ 45 min)
+//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/peers      # the default cells (about 1 to 1.5 hours)
 //	go run ./bench/peers -full                                      # every cell (hours)
 //	go run ./bench/peers -nodes 1 -arms consumer -handlers 1ms -keys uniform -orderings KEY -caps 100
 //	go run ./bench/peers -docs docs/benchmarks.md                   # and write the peer section
@@ -104,7 +104,7 @@ func parse(args []string) (options, error) {
 	ords := fs.String("orderings", "KEY,PARTITION,UNORDERED", "consumer orderings")
 	caps := fs.String("caps", "100,1000", "concurrency caps, the same on both sides (pcon MaxInFlight, Parallel Consumer maxConcurrency)")
 	fs.BoolVar(&o.full, "full", false, "run every combination of -handlers, -keys, -orderings and -caps; by default each axis is varied alone from the first cell (1 ms, uniform, KEY, the first cap), and every handler runs at every cap")
-	fs.IntVar(&o.records, "records", 200_000, "records per consumer cell (fewer where the cell's ceiling, cap ÷ handler time, would take longer than -cell-time)")
+	fs.IntVar(&o.records, "records", 100_000, "records per consumer cell (fewer where the cell's ceiling, cap ÷ handler time, would take longer than -cell-time)")
 	fs.DurationVar(&o.cellTime, "cell-time", 5*time.Second, "how long a sleeping-handler cell runs at its ceiling")
 	fs.IntVar(&o.rounds, "rounds", 3, "measured rounds per cell, each side once per round, alternating which goes first")
 	fs.BoolVar(&o.warmup, "warmup", true, "run each side once before the rounds, discarded")
