@@ -42,7 +42,7 @@ func relayTables(o options, r clusterRun) []table {
 	res := r.relay
 	notes := []string{
 		fmt.Sprintf("Commit → append: a row's commit returned (outbox.Insert, one row per transaction, %d writer connection(s) on the schedule,", o.writers) + " each commit followed by the relay's wake-up as commerce-api sends it) to its record's LogAppendTime (the leader's append, millisecond resolution).",
-		"CPU s/1k: seconds of CPU per 1,000 events over the phase, from /proc/<pid>/stat: the side's process; PostgreSQL's postmaster and backends (Debezium's WAL sender included), the writers' own backends left out; every broker node.",
+		"CPU s/1k: seconds of CPU per 1,000 events over the phase (from just before the first commit until every record was read back: a slower side's phase lasts longer, and the idle CPU of the brokers over it counts), from /proc/<pid>/stat: the side's process; PostgreSQL's postmaster and backends (Debezium's WAL sender included), the writers' own backends left out; every broker node.",
 		"PostgreSQL: a server of the arm's own (initdb, wal_level=logical, otherwise PostgreSQL's defaults), a fresh database per run; Debezium's slot is dropped after every run.",
 	}
 	for _, p := range o.relayPeers {
