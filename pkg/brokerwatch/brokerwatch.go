@@ -74,7 +74,7 @@ type Watcher struct {
 	probe  *sarama.Config   // the client's, with the probe's timeouts
 	mu     sync.Mutex       // guards below
 	addrs  map[string]*addr // by host:port, once dialled
-	closed bool             // Run has returned
+	closed bool             // Run is returning
 }
 
 // addr is the state of one broker address.
@@ -82,7 +82,8 @@ type addr struct {
 	address string
 	conns   map[*conn]struct{}
 	silent  bool
-	broker  *sarama.Broker // the probe's connection, reopened after a failure
+	broker  *sarama.Broker // the probe's client, reopened after a failure
+	raw     net.Conn       // the probe's connection, closed to end a probe at once
 }
 
 // New installs a Watcher's dialer in cfg (Net.Proxy, wrapping a dialer
@@ -108,6 +109,8 @@ func New(cfg *sarama.Config, opts Options) *Watcher {
 	probe.Net.DialTimeout = opts.Timeout
 	probe.Net.ReadTimeout = opts.Timeout
 	probe.Net.WriteTimeout = opts.Timeout
+	probe.Net.Proxy.Enable = true
+	probe.Net.Proxy.Dialer = probeDialer{w}
 	w.probe = &probe
 	cfg.Net.Proxy.Enable = true
 	cfg.Net.Proxy.Dialer = w
@@ -156,20 +159,29 @@ func (w *Watcher) Silent(address string) bool {
 	return ok && a.silent
 }
 
-// Run probes every broker dialled so far until ctx ends, then closes the
-// probes' connections (a probe still waiting closes its own when it ends,
-// within Timeout: Run does not wait for it).
+// Run probes every broker dialled so far until ctx ends. It returns once
+// its probes have ended (one under way is cut short) and their connections
+// are closed.
 func (w *Watcher) Run(ctx context.Context) {
+	var wg sync.WaitGroup
 	inFlight := map[string]bool{}
 	done := make(chan string)
 	tick := time.NewTicker(w.opts.Interval)
 	defer func() {
 		tick.Stop()
 		w.mu.Lock()
-		defer w.mu.Unlock()
 		w.closed = true
 		for _, a := range w.addrs {
-			if a.broker != nil && !inFlight[a.address] {
+			if a.raw != nil {
+				_ = a.raw.Close()
+			}
+		}
+		w.mu.Unlock()
+		wg.Wait()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, a := range w.addrs {
+			if a.broker != nil {
 				_ = a.broker.Close()
 			}
 		}
@@ -187,13 +199,13 @@ func (w *Watcher) Run(ctx context.Context) {
 					continue // a probe still waiting is the one that counts
 				}
 				inFlight[address] = true
-				go func() {
+				wg.Go(func() {
 					w.check(a)
 					select {
 					case done <- address:
 					case <-ctx.Done():
 					}
-				}()
+				})
 			}
 			w.mu.Unlock()
 		}
@@ -207,10 +219,7 @@ func (w *Watcher) check(a *addr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.closed:
-		if a.broker != nil {
-			_ = a.broker.Close()
-		}
+	case w.closed: // the probe was cut short, not answered
 	case err != nil && !a.silent:
 		a.silent = true
 		w.opts.Logger.Warn("brokerwatch: broker silent, giving up its requests", "broker", address, "conns", len(a.conns), "timeout", w.opts.Timeout, "error", err)
@@ -259,19 +268,39 @@ func (w *Watcher) ask(a *addr) error {
 		}
 		return nil
 	case <-timer.C:
-		// sarama's own deadlines (the same Timeout) end the request soon;
-		// the next probe opens a new connection.
+		// End the probe now: its connection closed, the request fails at
+		// once (or the dial under way ends within Timeout).
 		w.mu.Lock()
-		a.broker = nil
+		if a.raw != nil {
+			_ = a.raw.Close()
+		}
 		w.mu.Unlock()
-		go func() {
-			if err := <-answered; err != nil {
-				w.opts.Logger.Debug("brokerwatch: late probe failed", "broker", address, "error", err)
-			}
-			_ = b.Close()
-		}()
+		if err := <-answered; err != nil {
+			w.opts.Logger.Debug("brokerwatch: probe cut short", "broker", address, "error", err)
+		}
+		_ = b.Close()
 		return fmt.Errorf("probe %s: no answer within %s", address, w.opts.Timeout)
 	}
+}
+
+// probeDialer dials the probes' connections and keeps the last of each
+// broker, so that a probe can be cut short.
+type probeDialer struct{ w *Watcher }
+
+// Dial connects a probe to a broker.
+func (d probeDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := d.w.dialer.Dial(network, address)
+	if err != nil {
+		return nil, fmt.Errorf("brokerwatch: probe dial %s: %w", address, err)
+	}
+	d.w.mu.Lock()
+	defer d.w.mu.Unlock()
+	if d.w.closed {
+		_ = c.Close()
+		return nil, fmt.Errorf("brokerwatch: probe dial %s: watcher stopped", address)
+	}
+	d.w.addr(address).raw = c
+	return c, nil
 }
 
 // conn is a client connection the Watcher may close.
