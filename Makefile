@@ -48,7 +48,7 @@ lint: ## go mod tidy is a no-op, golangci-lint with .golangci.yml, and the OpenA
 migrate: ## apply the schema migrations to DATABASE_URL
 	$(GO) run ./cmd/migrate
 
-bench: ## run the benchmarks on Apache Kafka (KAFKA=embedded: kfake); each prints its baseline and ratio
+bench: ## run the benchmarks on Apache Kafka (relay, e2e, flashsale: three nodes, then one; KAFKA=embedded: kfake); each prints its baseline and ratio
 	$(check-kafka)
 	@eval "$$(scripts/testenv.sh $(if $(filter real,$(KAFKA)),kafka))" && \
 		for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; KAFKA=$(KAFKA) $(GO) run ./$$b || exit 1; done
