@@ -20,6 +20,10 @@ TEST_TIMEOUT ?= 30m
 # on the command line or in the environment: make dev KAFKA=real.
 dev: KAFKA ?= embedded
 bench: KAFKA ?= real
+# NODES is the size of the real Kafka cluster of make kafka and make dev
+# KAFKA=real: 1, or 3 (and more) for three replicas of every topic with
+# min.insync.replicas=2, as in production (make kafka NODES=3).
+NODES ?= 1
 check-kafka = $(if $(filter-out 1,$(words $(KAFKA)))$(filter-out real embedded,$(KAFKA)),\
 	$(error KAFKA must be real or embedded, got "$(KAFKA)"))
 
@@ -45,7 +49,7 @@ lint: ## go mod tidy is a no-op, golangci-lint with .golangci.yml, and the OpenA
 migrate: ## apply the schema migrations to DATABASE_URL
 	$(GO) run ./cmd/migrate
 
-bench: ## run the benchmarks on Apache Kafka (KAFKA=embedded: kfake); each prints its baseline and ratio
+bench: ## run the benchmarks on Apache Kafka (relay, e2e, flashsale: three nodes, then one; KAFKA=embedded: kfake); each prints its baseline and ratio
 	$(check-kafka)
 	@eval "$$(scripts/testenv.sh $(if $(filter real,$(KAFKA)),kafka))" && \
 		for b in $$(ls -d bench/*/ 2>/dev/null); do echo "== $$b"; KAFKA=$(KAFKA) $(GO) run ./$$b || exit 1; done
@@ -59,9 +63,9 @@ up: ## the whole stack on Docker (docker compose up --build)
 up-observability: ## the stack plus Prometheus and Grafana
 	docker compose --profile observability up --build
 
-dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C (KAFKA=real: on Apache Kafka)
+dev: ## run the whole pipeline on this machine without Docker, until Ctrl-C (KAFKA=real: on Apache Kafka; NODES=3: three nodes)
 	$(check-kafka)
-	@KAFKA=$(KAFKA) scripts/dev.sh
+	@KAFKA=$(KAFKA) NODES=$(NODES) scripts/dev.sh
 
 run-api: ## run commerce-api (needs DATABASE_URL)
 	$(GO) run ./services/commerce-api
@@ -72,8 +76,8 @@ run-relay: ## run outbox-relay (needs DATABASE_URL, KAFKA_BROKERS)
 run-consumers: ## run product-consumers (needs DATABASE_URL, KAFKA_BROKERS, REDIS_URL)
 	$(GO) run ./services/product-consumers
 
-kafka: ## run Apache Kafka on 127.0.0.1:9092 with every topic, until Ctrl-C (its log stays in .dev/kafka)
-	@scripts/kafka.sh
+kafka: ## run Apache Kafka on 127.0.0.1:9092 with every topic, until Ctrl-C (its log stays in .dev/kafka; NODES=3: three nodes on :9092, :9094, :9096)
+	@NODES=$(NODES) scripts/kafka.sh
 
 dev-kafka: ## run the in-process dev Kafka broker (kfake) on 127.0.0.1:9092 with every topic
 	$(GO) run ./cmd/devkafka

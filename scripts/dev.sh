@@ -5,16 +5,19 @@
 # topic, the migrations, and the three services. KAFKA chooses the broker:
 # embedded (the default: kfake, in memory, no JDK) or real (Apache Kafka's
 # own broker, a JVM keeping its log in .dev/kafka across runs; a JDK and
-# Maven are installed when missing). Ctrl-C, SIGTERM or SIGHUP, to the script
-# or to its process group, stops every process it started: the services,
-# then the broker, each given STOP_TIMEOUT seconds before it is killed; and
-# each runs through devrun (internal/lifeline), which sends it SIGTERM when
-# the script ends in any other way, SIGKILL included. A PostgreSQL cluster or
-# Redis it had to start keeps running (they are the machine's own, shared
-# with the tests). DEV_RELAYS and DEV_CONSUMERS (2 each) set how many relays
-# (one leads, the others stand by) and product-consumers instances (they
-# share the groups' partitions) run. DEV_STATE (.dev) is where the binaries,
-# the logs and the real broker's data go; DEV_API_ADDR, DEV_API_ADMIN_ADDR,
+# Maven are installed when missing); with KAFKA=real, NODES=3 makes it a
+# cluster of three nodes (127.0.0.1:9092, :9094, :9096; every topic with
+# three replicas and min.insync.replicas=2; its log in .dev/kafka-3). Ctrl-C,
+# SIGTERM or SIGHUP, to the script or to its process group, stops every
+# process it started: the services, then the broker, each given STOP_TIMEOUT
+# seconds before it is killed; and each runs through devrun
+# (internal/lifeline), which sends it SIGTERM when the script ends in any
+# other way, SIGKILL included. A PostgreSQL cluster or Redis it had to start
+# keeps running (they are the machine's own, shared with the tests).
+# DEV_RELAYS and DEV_CONSUMERS (2 each) set how many relays (one leads, the
+# others stand by) and product-consumers instances (they share the groups'
+# partitions) run. DEV_STATE (.dev) is where the binaries, the logs and the
+# real broker's data go; DEV_API_ADDR, DEV_API_ADMIN_ADDR,
 # DEV_RELAY_ADMIN_ADDR, DEV_CONSUMERS_ADMIN_ADDR and DEV_KAFKA_PORT move the
 # listeners off their defaults below.
 set -euo pipefail
@@ -22,10 +25,14 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 KAFKA=${KAFKA:-embedded}
+NODES=${NODES:-1}
 case "$KAFKA" in
   real) kafka_tools ;;
-  embedded) ;;
+  embedded) [ "$NODES" = 1 ] || die "NODES=$NODES needs KAFKA=real: the embedded broker has one node" ;;
   *) die "KAFKA must be real or embedded, got \"$KAFKA\"" ;;
+esac
+case "$NODES" in
+  ''|*[!0-9]*|0) die "NODES must be a positive number, got \"$NODES\"" ;;
 esac
 
 API_ADDR=${DEV_API_ADDR:-127.0.0.1:8080}
@@ -134,7 +141,9 @@ kafka_from=$(( $(wc -c <"$kafka_log") + 1 ))
 if [ "$KAFKA" = real ]; then
   log "starting Apache Kafka (a few seconds; the first run resolves its jars from Maven Central); log: $kafka_log"
 fi
-setsid "$STATE/bin/devrun" -parent $$ "$STATE/bin/devkafka" -kafka "$KAFKA" -port "$KAFKA_PORT" -dir "$STATE/kafka" >>"$kafka_log" 2>&1 &
+kafka_dir="$STATE/kafka"
+[ "$NODES" = 1 ] || kafka_dir="$STATE/kafka-$NODES"
+setsid "$STATE/bin/devrun" -parent $$ "$STATE/bin/devkafka" -kafka "$KAFKA" -nodes "$NODES" -port "$KAFKA_PORT" -dir "$kafka_dir" >>"$kafka_log" 2>&1 &
 kafka_pid=$!
 # kafkabroker gives up after 2 minutes; resolving the jars comes first.
 deadline=$(( SECONDS + 600 ))
@@ -149,7 +158,10 @@ until tail -c "+$kafka_from" "$kafka_log" | grep -qF '"msg":"Kafka broker ready"
   sleep 0.2
 done
 
+# Every node, so that a client starts whichever node is down (node i on
+# KAFKA_PORT + 2i, as devkafka lays them out).
 brokers=127.0.0.1:$KAFKA_PORT
+for i in $(seq 1 $(( NODES - 1 ))); do brokers+=",127.0.0.1:$(( KAFKA_PORT + 2 * i ))"; done
 start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API_ADDR" ADMIN_ADDR="$API_ADMIN" "$STATE/bin/commerce-api"
 # The first relay and consumer instance listen on RELAY_ADMIN and
 # CONSUMERS_ADMIN; each further one two ports above the previous.
@@ -168,7 +180,7 @@ wait_http commerce-api "http://$API_ADDR/readyz"
 for i in $(seq 1 "$RELAYS"); do wait_http "outbox-relay-$i" "http://$(admin_addr "$RELAY_ADMIN" "$i")/healthz"; done
 for i in $(seq 1 "$CONSUMERS"); do wait_http "product-consumers-$i" "http://$(admin_addr "$CONSUMERS_ADMIN" "$i")/readyz"; done
 
-kafka_label=$(printf '%-20s' "Kafka ($KAFKA)")
+kafka_label=$(printf '%-20s' "Kafka ($([ "$NODES" = 1 ] && echo "$KAFKA" || echo "$NODES nodes"))")
 cat <<MSG
 
 The pipeline is running. Ctrl-C stops the broker and the services (PostgreSQL and Redis keep running).

@@ -7,6 +7,10 @@
 # when missing; the first run resolves the broker's jars from Maven Central.
 # KAFKA_PREFIX (make kafka KAFKA_PREFIX=staging.) creates the topics under
 # that prefix, for services run with the same KAFKA_PREFIX.
+# NODES=3 (make kafka NODES=3) runs a cluster of three combined
+# broker/controller nodes on 127.0.0.1:9092, :9094 and :9096 (controllers one
+# above), every topic with three replicas and min.insync.replicas=2, as in
+# production; its log is kept in .dev/kafka-3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -16,4 +20,4 @@ mkdir -p .dev/bin
 go build -o .dev/bin/ ./cmd/devkafka
 # exec: Ctrl-C reaches devkafka itself, which stops the broker it started
 # (a controlled shutdown) and exits.
-exec .dev/bin/devkafka -kafka real -prefix "${KAFKA_PREFIX:-}"
+exec .dev/bin/devkafka -kafka real -nodes "${NODES:-1}" -prefix "${KAFKA_PREFIX:-}"

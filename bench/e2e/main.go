@@ -5,10 +5,15 @@
 // product is visible once the product's view_count (like_count) reaches k.
 //
 // The broker is the one the KAFKA variable chooses: Apache Kafka's own broker
-// (KAFKA=real, the default; a JVM process on loopback) or kfake
+// (KAFKA=real, the default; JVM processes on loopback) or kfake
 // (KAFKA=embedded), which then runs in a devkafka process. Either way it is a
 // process of its own, so that its CPU is counted apart from the pipeline's
-// and this load generator's. The first line of the output names it.
+// and this load generator's. On Apache Kafka everything runs twice, each
+// time on a fresh cluster, database and stack: first on three nodes (every
+// topic with three replicas and min.insync.replicas=2, as in production),
+// then on one node, whose figures come beside (-nodes chooses). Each part
+// of the output starts with the cluster it ran on. The services run with
+// their shipped defaults.
 //
 // The curve sends the mixed load at each of -rates in turn, then at rates
 // growing by -growth, until the pipeline saturates: the rate reached falls
@@ -40,6 +45,7 @@
 //
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e -rates 250,500 -duration 5s -warmup 5s -hot-duration 3s -burst 5000 -png /tmp/curve.png
+//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e -rates 50 -growth 1 -duration 2s -warmup 0 -hot-rate 50 -hot-duration 2s -burst 500 -png ""   # a quick check that it runs
 package main
 
 import (
@@ -91,6 +97,7 @@ type options struct {
 	png         string
 	pprof       string
 	keep        bool
+	nodes       string
 }
 
 func main() {
@@ -111,6 +118,7 @@ func main() {
 	flag.StringVar(&o.png, "png", "docs/img/latency-curve.png", "where to draw the curve, relative to the module root unless absolute (empty: no figure)")
 	flag.StringVar(&o.pprof, "pprof", "", "directory to write each service's CPU profile of every window to (empty: none)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the services' logs, and say where")
+	flag.StringVar(&o.nodes, "nodes", benchkit.DefaultNodes, "cluster sizes to run on, in turn, each a fresh cluster and stack (KAFKA=real): three nodes, one node's figures beside; the first size's curve is -png, the others' beside it (-1node)")
 	flag.Parse()
 	for f := range strings.SplitSeq(rates, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
@@ -150,7 +158,8 @@ type bench struct {
 	probe  *probe
 	pipe   *stack.Pipeline
 	pprof  string
-	broker string // its name and release, for the figure
+	broker string // its name, release and size, for the figure
+	png    string // where to draw the curve (empty: no figure)
 }
 
 func run(ctx context.Context, o options) error {
@@ -176,11 +185,6 @@ func run(ctx context.Context, o options) error {
 			fmt.Fprintln(os.Stderr, "bench/e2e: remove the built services:", err)
 		}
 	}()
-	dbURL, drop, err := testenv.NewDatabase(ctx)
-	if err != nil {
-		return err
-	}
-	defer drop() //nolint:errcheck // best effort
 	redisURL := os.Getenv("TEST_REDIS_URL")
 	if redisURL == "" {
 		redisURL = "redis://127.0.0.1:6379/0"
@@ -196,12 +200,48 @@ func run(ctx context.Context, o options) error {
 		}
 		os.RemoveAll(logs)
 	}()
-	kb, err := startBroker(ctx, kind, bins, logs)
+	sizes, err := benchkit.ParseNodes(o.nodes, kind)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, n := range sizes {
+		if i > 0 {
+			fmt.Println()
+		}
+		fmt.Printf("## on %s\n\n", benchkit.ClusterLabel(n))
+		png := o.png
+		if i > 0 && png != "" {
+			// The first size's curve is the figure; the others' beside it.
+			png = strings.TrimSuffix(png, filepath.Ext(png)) + fmt.Sprintf("-%dnode", n) + filepath.Ext(png)
+		}
+		err := runOn(ctx, o, kind, n, png, root, bins, redisURL, filepath.Join(logs, strconv.Itoa(n)))
+		if err != nil {
+			err = fmt.Errorf("on %s: %w", benchkit.ClusterLabel(n), err)
+			fmt.Fprintln(os.Stderr, "bench/e2e:", err)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// runOn runs the modes on a fresh cluster of n nodes (KAFKA=real) or the
+// embedded broker, with a fresh database, drawing the curve in png.
+func runOn(ctx context.Context, o options, kind string, n int, png, root string, bins *stack.Binaries, redisURL, logs string) error {
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	dbURL, drop, err := testenv.NewDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer drop() //nolint:errcheck // best effort
+	kb, err := startBroker(ctx, kind, n, bins, logs)
 	if err != nil {
 		return err
 	}
 	defer kb.stop()
-	fmt.Printf("broker: %s; KAFKA=%s, %s, up in %s\n", kb.version, kind, kb.brokers, kb.started.Round(100*time.Millisecond))
+	fmt.Printf("broker: %s, %s; KAFKA=%s, %s, up in %s\n", kb.version, benchkit.ClusterLabel(n), kind, kb.brokers, kb.started.Round(100*time.Millisecond))
 
 	pipe, err := bins.StartPipeline(ctx, stack.PipelineOptions{
 		Env:  map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "KAFKA_BROKERS": kb.brokers},
@@ -220,7 +260,8 @@ func run(ctx context.Context, o options) error {
 		api:    pipe.API,
 		pipe:   pipe,
 		pprof:  o.pprof,
-		broker: kb.version,
+		broker: kb.version + ", " + benchkit.ClusterLabel(n),
+		png:    png,
 	}
 	if o.pprof != "" {
 		if err := os.MkdirAll(o.pprof, 0o755); err != nil {
@@ -244,10 +285,11 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	b.probe = &probe{
-		procs:   procs,
-		broker:  proc{name: kb.name, pid: kb.pid},
-		metrics: []string{"http://" + pipe.RelayAdmin + "/metrics", "http://" + pipe.ConsumersAdmin + "/metrics"},
-		conn:    conn,
+		procs:      procs,
+		brokers:    kb.procs,
+		brokerName: kb.name,
+		metrics:    []string{"http://" + pipe.RelayAdmin + "/metrics", "http://" + pipe.ConsumersAdmin + "/metrics"},
+		conn:       conn,
 	}
 
 	var errs []error
@@ -328,9 +370,9 @@ func (b *bench) curve(ctx context.Context, o options, root string) error {
 		return errors.New("the curve has no rate: see -rates and -max-rate")
 	}
 	printCurve(points, o.duration)
-	if o.png != "" {
+	if b.png != "" {
 		caption := fmt.Sprintf("%s, %s per rate, %s", b.broker, o.duration, time.Now().Format("2006-01-02"))
-		path := o.png
+		path := b.png
 		if !filepath.IsAbs(path) {
 			path = filepath.Join(root, path)
 		}
@@ -840,26 +882,36 @@ type broker struct {
 	version string        // the broker and its release
 	name    string        // its row in the CPU table
 	brokers string        // KAFKA_BROKERS
-	pid     int           // the process whose CPU is the broker's
+	procs   []proc        // the processes whose CPU is the broker's: one per node
 	started time.Duration // until it answered, the pipeline's topics created
 	stop    func()
 }
 
-// startBroker starts the broker kind names with every topic the pipeline
-// uses (3 partitions each): Apache Kafka, whose JVM is a process of its own
-// already, or kfake in a devkafka process, since in this one its CPU would
-// mix with the load generator's.
-func startBroker(ctx context.Context, kind string, bins *stack.Binaries, logs string) (*broker, error) {
+// startBroker starts the broker kind names, with n nodes, and every topic
+// the pipeline uses (3 partitions each, replicated as the cluster allows):
+// Apache Kafka, whose JVMs are processes of their own already, or kfake in
+// a devkafka process, since in this one its CPU would mix with the load
+// generator's.
+func startBroker(ctx context.Context, kind string, n int, bins *stack.Binaries, logs string) (*broker, error) {
 	if kind == devkafka.Real {
 		// The JVM's default compilers: throughput is what is measured.
-		b, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Topics: kafka.Settings{}.PipelineTopics(3, 1)})
+		b, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Nodes: n, Topics: kafka.Settings{}.PipelineTopics(3, 1)})
 		if err != nil {
 			return nil, fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
 		}
-		pid := b.Cluster.Node(1).Pid()
+		var procs []proc
+		var pids []string
+		for _, nd := range b.Cluster.Nodes() {
+			procs = append(procs, proc{name: fmt.Sprintf("node %d", nd.ID()), pid: nd.Pid()})
+			pids = append(pids, strconv.Itoa(nd.Pid()))
+		}
+		what := "its JVM, pid "
+		if n > 1 {
+			what = fmt.Sprintf("its %d JVMs, pids ", n)
+		}
 		return &broker{
-			version: b.Version, name: fmt.Sprintf("broker: %s (its JVM, pid %d)", b.Version, pid),
-			brokers: strings.Join(b.Brokers, ","), pid: pid, started: b.Started,
+			version: b.Version, name: fmt.Sprintf("broker: %s (%s%s)", b.Version, what, strings.Join(pids, ", ")),
+			brokers: strings.Join(b.Brokers, ","), procs: procs, started: b.Started,
 			stop: func() {
 				if err := b.Close(); err != nil {
 					fmt.Fprintln(os.Stderr, "bench/e2e: stop the broker:", err)
@@ -884,7 +936,7 @@ func startBroker(ctx context.Context, kind string, bins *stack.Binaries, logs st
 	}
 	return &broker{
 		version: version, name: fmt.Sprintf("broker: %s (the devkafka process, pid %d)", version, p.Pid()),
-		brokers: addr, pid: p.Pid(), started: time.Since(began),
+		brokers: addr, procs: []proc{{name: "devkafka", pid: p.Pid()}}, started: time.Since(began),
 		stop: func() { p.Stop(10 * time.Second) },
 	}, nil
 }

@@ -26,10 +26,11 @@ import (
 // services' /metrics. Two readings, before and after a measured window, give
 // what the window cost and how its events' time split into stages.
 type probe struct {
-	procs   []proc   // the pipeline's services
-	broker  proc     // counted apart from the pipeline
-	metrics []string // /metrics URLs of the processes that time stages
-	conn    *pgx.Conn
+	procs      []proc   // the pipeline's services
+	brokers    []proc   // the cluster's nodes, counted apart from the pipeline
+	brokerName string   // the cluster's row in the CPU table
+	metrics    []string // /metrics URLs of the processes that time stages
+	conn       *pgx.Conn
 }
 
 // proc is a process whose CPU is counted, under name.
@@ -100,7 +101,7 @@ func cpuSeconds(pid int) (float64, error) {
 // read takes a reading. It must not run while another goroutine uses conn.
 func (p *probe) read(ctx context.Context) (reading, error) {
 	r := reading{at: time.Now(), stalled: cpuStalled(), cpu: map[string]float64{}, backends: map[int]float64{}, stages: map[string]stages.Window{}}
-	for _, pr := range append(slices.Clone(p.procs), p.broker) {
+	for _, pr := range append(slices.Clone(p.procs), p.brokers...) {
 		s, err := cpuSeconds(pr.pid)
 		if err != nil {
 			return r, fmt.Errorf("cpu of %s: %w", pr.name, err)
@@ -214,8 +215,10 @@ func (p *probe) summarize(before, after reading, events int64) (map[string]stage
 		c.pipeline += pg
 	}
 	c.stalledShare = (after.stalled - before.stalled) / after.at.Sub(before.at).Seconds()
-	c.brokerName = p.broker.name
-	c.broker = after.cpu[p.broker.name] - before.cpu[p.broker.name]
+	c.brokerName = p.brokerName
+	for _, b := range p.brokers {
+		c.broker += after.cpu[b.name] - before.cpu[b.name]
+	}
 	if events > 0 {
 		c.perKPipeline = c.pipeline / float64(events) * 1000
 		c.perKBroker = c.broker / float64(events) * 1000

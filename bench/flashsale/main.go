@@ -4,7 +4,11 @@
 // with the whole pipeline running as `make dev` runs it (commerce-api,
 // outbox-relay and product-consumers, on the broker the KAFKA variable
 // chooses: Apache Kafka's own, KAFKA=real, the default, or kfake,
-// KAFKA=embedded). It prints the requests/s of each, their ratio (the
+// KAFKA=embedded), with the services' shipped defaults. On Apache Kafka it
+// runs on three nodes first (every topic with three replicas and
+// min.insync.replicas=2, as in production), then on one node, whose figures
+// come beside, each on a fresh cluster, database and stack (-nodes
+// chooses). It prints the requests/s of each, their ratio (the
 // target: the hot product at 0.9× the spread load or better) and how long
 // after the last answer the aggregates were current, every product's
 // view_count and like_count exactly what was answered.
@@ -16,6 +20,7 @@
 //
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/flashsale
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/flashsale -views 1000 -likes 500 -rounds 1
+//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/flashsale -clients 4 -views 100 -likes 50 -products 5 -rounds 1 -warmup 0   # a quick check that it runs
 package main
 
 import (
@@ -51,6 +56,7 @@ type options struct {
 	rounds   int
 	warmup   int
 	current  time.Duration
+	nodes    string
 }
 
 func main() {
@@ -62,6 +68,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; the loads alternate which goes first")
 	flag.IntVar(&o.warmup, "warmup", 3000, "requests of the same mix, spread, before measuring (0 skips)")
 	flag.DurationVar(&o.current, "current-within", 2*time.Minute, "how long the aggregates may take to be current after a load")
+	flag.StringVar(&o.nodes, "nodes", benchkit.DefaultNodes, "cluster sizes to run on, in turn, each a fresh cluster and stack (KAFKA=real): three nodes, one node's figures beside")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/flashsale:", err)
@@ -101,12 +108,31 @@ func run(o options) error {
 		return err
 	}
 	defer bins.Remove() //nolint:errcheck // best effort
-	kb, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Topics: kafka.Settings{}.PipelineTopics(3, 1)})
+	sizes, err := benchkit.ParseNodes(o.nodes, kind)
+	if err != nil {
+		return err
+	}
+	for i, n := range sizes {
+		if i > 0 {
+			fmt.Println()
+		}
+		fmt.Printf("## on %s\n\n", benchkit.ClusterLabel(n))
+		if err := runOn(ctx, o, kind, n, bins); err != nil {
+			return fmt.Errorf("on %s: %w", benchkit.ClusterLabel(n), err)
+		}
+	}
+	return nil
+}
+
+// runOn measures on a fresh cluster of n nodes (KAFKA=real) or the
+// embedded broker, with a fresh database and stack.
+func runOn(ctx context.Context, o options, kind string, n int, bins *stack.Binaries) error {
+	kb, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Nodes: n, Topics: kafka.Settings{}.PipelineTopics(3, 1)})
 	if err != nil {
 		return fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
 	}
 	defer kb.Close() //nolint:errcheck // best effort
-	fmt.Printf("broker: %s; KAFKA=%s, %s\n", kb.Version, kind, strings.Join(kb.Brokers, ","))
+	fmt.Printf("broker: %s, %s; KAFKA=%s, %s\n", kb.Version, benchkit.ClusterLabel(n), kind, strings.Join(kb.Brokers, ","))
 	dbURL, drop, err := testenv.NewDatabase(ctx)
 	if err != nil {
 		return err
@@ -191,8 +217,8 @@ func run(o options) error {
 	}
 
 	fmt.Println()
-	fmt.Printf("### flash sale: %d views + %d new likes, interleaved, %d clients, through the API with the pipeline running; %d rounds, alternating order\n\n",
-		o.views, o.likes, o.clients, o.rounds)
+	fmt.Printf("### flash sale on %s: %d views + %d new likes, interleaved, %d clients, through the API with the pipeline running; %d rounds, alternating order\n\n",
+		benchkit.ClusterLabel(n), o.views, o.likes, o.clients, o.rounds)
 	fmt.Println("| load | requests | requests/s | API answer p50 / p99 | aggregates current after the last answer (median / max of rounds) |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, s := range []*side{hot, spread} {

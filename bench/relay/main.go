@@ -1,25 +1,31 @@
 // Command relay benchmarks the outbox relay binary against a real PostgreSQL
-// and one Kafka broker for the whole run: Apache Kafka's own broker
-// (KAFKA=real, the default; a JVM process on loopback) or kfake in this
-// process (KAFKA=embedded). Each run gets topics of its own under a fresh
-// KAFKA_PREFIX on that broker:
+// and Apache Kafka's own broker (KAFKA=real, the default; JVM processes on
+// loopback) or kfake in this process (KAFKA=embedded). On Apache Kafka it
+// runs everything twice, on a fresh cluster each time: first on three nodes
+// (every topic with three replicas and min.insync.replicas=2, so acks=all
+// waits for a follower, as in production), then on one node, whose figures
+// are printed beside (-nodes chooses). Each run gets topics of its own under
+// a fresh KAFKA_PREFIX on that cluster:
 //
-//  1. drain: 100,000 outbox rows committed at once, published by the relay,
-//     against the raw producer the relay wraps, on the same broker: a
-//     franz-go client with the relay's own producer options, sending the
-//     same 100,000 records with no database; and, for reference, sarama's
-//     async producer (the relay's producer before franz-go) with the same
-//     guarantees. The machine is shared, so every side runs -rounds times,
-//     in turn, and the fastest run of each is reported;
+//  1. drain: -rows outbox rows (100,000) committed at once, published by the
+//     relay with its shipped defaults (-drain-batch overrides the batch size,
+//     and the table says so), against the raw producer the relay wraps, on
+//     the same cluster: a franz-go client with the relay's own producer
+//     options, sending the same records with no database; and, for
+//     reference, sarama's async producer (the relay's producer before
+//     franz-go) with the same guarantees. The machine is shared, so every
+//     side runs -rounds times, in turn, and the fastest run of each is
+//     reported;
 //  2. latency: commit of an outbox row to its record being readable in
-//     Kafka, at 500 rows/s, each commit followed by the relay's wake-up as
-//     commerce-api sends it.
+//     Kafka, at -rate rows/s (500) for -duration, each commit followed by the
+//     relay's wake-up as commerce-api sends it.
 //
 // It runs the real service binary (built into a temporary directory), so the
-// numbers include everything the deployed relay does. The first line of the
-// output names the broker. Run it from the module root:
+// numbers include everything the deployed relay does. Each table's first
+// line names the cluster. Run it from the module root:
 //
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/relay
+//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/relay -rows 2000 -rounds 1 -rate 100 -duration 2s   # a quick check that it runs
 //	eval "$(scripts/testenv.sh)" && KAFKA=embedded go run ./bench/relay -rows 20000 -rounds 1 -duration 3s
 package main
 
@@ -63,6 +69,7 @@ import (
 type options struct {
 	rows       int
 	drainBatch int
+	nodes      string
 	rate       int
 	duration   time.Duration
 	keep       bool
@@ -74,7 +81,8 @@ type options struct {
 func main() {
 	var o options
 	flag.IntVar(&o.rows, "rows", 100_000, "outbox rows to drain")
-	flag.IntVar(&o.drainBatch, "drain-batch", 1000, "OUTBOX_RELAY_BATCH_SIZE for the drain run")
+	flag.IntVar(&o.drainBatch, "drain-batch", 0, "OUTBOX_RELAY_BATCH_SIZE for the drain run; 0: the relay's shipped default (a figure with another value is labelled with it)")
+	flag.StringVar(&o.nodes, "nodes", benchkit.DefaultNodes, "cluster sizes to run on, each on a fresh cluster (KAFKA=real): three nodes, one node's figures beside")
 	flag.IntVar(&o.rate, "rate", 500, "rows per second for the latency run")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of the latency run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory with the relay logs")
@@ -101,14 +109,10 @@ func run(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The JVM's default compilers: throughput is what is measured.
-	broker, err := devkafka.Start(ctx, devkafka.Options{Kind: kind})
+	sizes, err := benchkit.ParseNodes(o.nodes, kind)
 	if err != nil {
-		return fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
+		return err
 	}
-	defer broker.Close()
-	fmt.Fprintf(out, "broker: %s; KAFKA=%s, %s, up in %s\n", broker.Version, kind, strings.Join(broker.Brokers, ","), broker.Started.Round(100*time.Millisecond))
-	topics := &topicSets{brokers: broker.Brokers, reg: reg}
 	tmp, err := os.MkdirTemp("", "bench-relay-")
 	if err != nil {
 		return err
@@ -130,6 +134,31 @@ func run(o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for i, n := range sizes {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		if err := runOn(ctx, o, kind, n, reg, bin, filepath.Join(tmp, strconv.Itoa(n)), payloads, out); err != nil {
+			return fmt.Errorf("on %s: %w", benchkit.ClusterLabel(n), err)
+		}
+	}
+	return nil
+}
+
+// runOn measures the relay on a fresh cluster of n nodes (KAFKA=real) or
+// the embedded broker, and prints its table.
+func runOn(ctx context.Context, o options, kind string, n int, reg *events.Registry, bin, dir string, payloads []payload, out io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// The JVM's default compilers: throughput is what is measured.
+	broker, err := devkafka.Start(ctx, devkafka.Options{Kind: kind, Nodes: n})
+	if err != nil {
+		return fmt.Errorf("start the broker (KAFKA=%s): %w", kind, err)
+	}
+	defer broker.Close()
+	fmt.Fprintf(out, "broker: %s, %s; KAFKA=%s, %s, up in %s\n", broker.Version, benchkit.ClusterLabel(n), kind, strings.Join(broker.Brokers, ","), broker.Started.Round(100*time.Millisecond))
+	topics := &topicSets{brokers: broker.Brokers, reg: reg, replication: devkafka.Replication(n)}
 
 	var baseline, baselineMapped, saramaBase, drain time.Duration
 	for round := range max(1, o.rounds) {
@@ -141,13 +170,13 @@ func run(o options, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("baseline (sarama): %w", err)
 		}
-		d, err := drainRun(ctx, reg, topics, bin, tmp, o, payloads, round+1)
+		d, err := drainRun(ctx, reg, topics, bin, dir, o, payloads, round+1)
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
 		baseline, baselineMapped, saramaBase, drain = fastest(baseline, b), fastest(baselineMapped, bm), fastest(saramaBase, sb), fastest(drain, d)
 	}
-	lat, err := latencyRun(ctx, reg, topics, bin, tmp, o)
+	lat, err := latencyRun(ctx, reg, topics, bin, dir, o)
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
@@ -161,8 +190,15 @@ func run(o options, out io.Writer) error {
 		}
 		return "MISSED"
 	}
+	// The relay as it ships, unless -drain-batch says otherwise: then the
+	// figure is labelled with it.
+	relayConfig := "the relay's shipped defaults"
+	if o.drainBatch > 0 {
+		relayConfig = fmt.Sprintf("drain with OUTBOX_RELAY_BATCH_SIZE=%d, not the shipped default", o.drainBatch)
+	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "relay benchmark\t(%d rows; drain batch size %d, fastest of %d runs each; latency at %d rows/s for %s, %d samples)\n", o.rows, o.drainBatch, max(1, o.rounds), o.rate, o.duration, lat.n)
+	fmt.Fprintf(w, "relay benchmark on %s\t(%d rows; %s; fastest of %d runs each; latency at %d rows/s for %s, %d samples)\n",
+		benchkit.ClusterLabel(n), o.rows, relayConfig, max(1, o.rounds), o.rate, o.duration, lat.n)
 	fmt.Fprintln(w, "metric\toutbox-relay\tbaseline: raw franz-go producer, the relay's options\tratio\ttarget\tresult")
 	fmt.Fprintf(w, "drain %d rows (events/s)\t%.0f (%s)\t%.0f (%s)\t%.2f\t≥ 50000 events/s and ≥ 0.50 × baseline\t%s\n",
 		o.rows, drainRate, drain.Round(time.Millisecond), baseRate, baseline.Round(time.Millisecond), ratio,
@@ -227,12 +263,13 @@ func makePayloads(reg *events.Registry, n int) ([]payload, error) {
 }
 
 // topicSets hands each run of the benchmark the event topics of its own,
-// under a fresh prefix on the one broker: a run finds its topics empty, and
+// under a fresh prefix on the cluster: a run finds its topics empty, and
 // counts only what it wrote.
 type topicSets struct {
-	brokers []string
-	reg     *events.Registry
-	n       int
+	brokers     []string
+	reg         *events.Registry
+	replication int16 // the cluster's: three replicas from three nodes on
+	n           int
 }
 
 // next creates the event topics (3 partitions) under a new prefix and
@@ -242,7 +279,7 @@ func (t *topicSets) next(ctx context.Context, what string) (k kafka.Settings, dr
 	k = kafka.Settings{Brokers: t.brokers, Prefix: fmt.Sprintf("bench-%s-%d.", what, t.n)}
 	specs := make([]kafka.TopicSpec, 0, len(t.reg.Topics()))
 	for _, name := range k.Topics(t.reg.Topics()) {
-		specs = append(specs, kafka.TopicSpec{Name: name, Partitions: 3, Replication: 1})
+		specs = append(specs, kafka.TopicSpec{Name: name, Partitions: 3, Replication: t.replication})
 	}
 	drop = func() {
 		if err := k.DeleteTopics(k.Topics(t.reg.Topics())...); err != nil {
@@ -552,7 +589,10 @@ func newBed(ctx context.Context, topics *topicSets, bin, dir, name string, env m
 }
 
 func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin, dir string, o options, payloads []payload, round int) (time.Duration, error) {
-	env := map[string]string{"OUTBOX_RELAY_BATCH_SIZE": strconv.Itoa(o.drainBatch)}
+	env := map[string]string{}
+	if o.drainBatch > 0 {
+		env["OUTBOX_RELAY_BATCH_SIZE"] = strconv.Itoa(o.drainBatch)
+	}
 	admin, err := freeAddr()
 	if err != nil {
 		return 0, err

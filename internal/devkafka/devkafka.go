@@ -38,8 +38,15 @@ func Kind(def string) (string, error) {
 // Options configures Start.
 type Options struct {
 	Kind string // Real or Embedded
-	// Port is the broker's port on 127.0.0.1; 0 picks a free one.
+	// Port is the broker's port on 127.0.0.1; 0 picks a free one. With
+	// more than one node, the nodes listen on Port, Port+2, Port+4, ...
+	// (each node's controller one above its broker).
 	Port int
+	// Nodes is the number of combined broker/controller nodes of a real
+	// cluster (1 when 0). From three on every topic has three replicas and
+	// min.insync.replicas=2, as in production; Topics' replication is
+	// raised to that. The embedded broker has one node only.
+	Nodes int
 	// Dir keeps a real broker's log (kept across runs); empty: a temporary
 	// directory, removed when the broker stops.
 	Dir string
@@ -69,19 +76,25 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 	b := &Broker{}
 	switch opts.Kind {
 	case Real:
-		o := kafkabroker.Options{Dir: opts.Dir, JVMOptions: opts.JVMOptions,
+		o := kafkabroker.Options{Dir: opts.Dir, JVMOptions: opts.JVMOptions, Nodes: max(opts.Nodes, 1),
 			// What compose sets: a group starts as soon as its first member
 			// joins, instead of waiting 3 s for more.
 			Props: map[string]string{"group.initial.rebalance.delay.ms": "0"}}
 		if opts.Port != 0 {
-			o.Ports = []int{opts.Port}
+			for i := range o.Nodes {
+				o.Ports = append(o.Ports, opts.Port+2*i)
+			}
 		}
+		opts.Topics = Replicated(opts.Topics, o.Nodes)
 		c, err := kafkabroker.Start(ctx, o)
 		if err != nil {
 			return nil, err
 		}
 		b.Cluster, b.Brokers, b.Version = c, c.Brokers(), "Apache Kafka "+kafkabroker.Version
 	case Embedded:
+		if opts.Nodes > 1 {
+			return nil, fmt.Errorf("devkafka: the embedded broker has one node, %d asked (a cluster needs the real one)", opts.Nodes)
+		}
 		var kopts []kfake.Opt
 		kopts = append(kopts, kfake.NumBrokers(1))
 		if opts.Port != 0 {
@@ -110,6 +123,31 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	return b.Cluster.Shutdown()
+}
+
+// Replication is the replication factor of the topics on a cluster of
+// nodes: min(nodes, 3), as kafkabroker sets the default and the internal
+// topics'.
+func Replication(nodes int) int16 { return int16(min(max(nodes, 1), 3)) }
+
+// MinInsync is the cluster's min.insync.replicas as kafkabroker sets it: 2
+// from three nodes on, else 1.
+func MinInsync(nodes int) int {
+	if nodes >= 3 {
+		return 2
+	}
+	return 1
+}
+
+// Replicated returns topics with the replication factor of a cluster of
+// nodes.
+func Replicated(topics []kafka.TopicSpec, nodes int) []kafka.TopicSpec {
+	out := make([]kafka.TopicSpec, len(topics))
+	for i, t := range topics {
+		t.Replication = Replication(nodes)
+		out[i] = t
+	}
+	return out
 }
 
 func kfakeVersion() string {

@@ -108,7 +108,13 @@ type Config struct {
 	HorizonTopics []string
 	// ReadTimeout bounds the wait for a record known to exist (default 10 s).
 	ReadTimeout time.Duration
-	Logger      *slog.Logger
+	// SilentBroker is how long a broker may leave a probe unanswered before
+	// the reclaimer gives up every request waiting on it (brokerwatch), so
+	// that a pass follows a frozen broker's partitions and the group's
+	// coordinator to their new leaders instead of waiting out sarama's
+	// read timeout (default 3 s).
+	SilentBroker time.Duration
+	Logger       *slog.Logger
 	// Registerer receives the reclaim metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Lock, when set, excludes other processes from a DLT partition while a

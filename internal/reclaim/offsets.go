@@ -3,9 +3,12 @@ package reclaim
 import (
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
 )
 
 // coordinatorWait bounds how long an offset request waits for the group's
@@ -15,14 +18,19 @@ import (
 // that moved answers NOT_COORDINATOR until the client looks it up again.
 // Either passes in moments, and a pass that gave up at once would report
 // an error for nothing (a fresh cluster's first pass, pipelinectl's first
-// call).
-const coordinatorWait = 10 * time.Second
+// call). A frozen coordinator is fenced after Kafka's 9 s broker session
+// and its groups move within moments: the wait covers that too.
+const coordinatorWait = 15 * time.Second
 
 // coordinatorBusy reports whether err is the coordinator's "not ready
-// here" answer, which looking it up again and retrying heals.
+// here" answer, which looking it up again and retrying heals; or the
+// coordinator found silent (brokerwatch gave up the request or refused the
+// connection), which heals once Kafka fences it and moves the group's
+// coordinator to a live broker.
 func coordinatorBusy(err error) bool {
 	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) || errors.Is(err, sarama.ErrOffsetsLoadInProgress) ||
-		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable)
+		errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) ||
+		errors.Is(err, brokerwatch.ErrSilent) || errors.Is(err, net.ErrClosed)
 }
 
 // coordinated runs req against the group's coordinator, looking the

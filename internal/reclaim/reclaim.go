@@ -16,11 +16,14 @@
 package reclaim
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
 )
 
 // Reclaimer reclaims DLT records. Its methods may be called concurrently.
@@ -30,6 +33,9 @@ type Reclaimer struct {
 	consumer sarama.Consumer
 	producer sarama.SyncProducer
 	metrics  *metrics
+	// stopWatch ends the brokerwatch of the client's connections and
+	// waits for it.
+	stopWatch func()
 
 	closeOnce sync.Once
 	mu        sync.Mutex // guards partLock
@@ -60,11 +66,26 @@ func New(cfg Config) (*Reclaimer, error) {
 	// A pass reads only records below the high water mark it saw, so a
 	// fetch has nothing to wait for.
 	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	// A fetch, commit or republish sent to a broker that stopped answering
+	// is given up within seconds, not after Net.ReadTimeout: the pass
+	// follows the partition to its new leader once Kafka fences the broker.
+	watch := brokerwatch.New(sc, brokerwatch.Options{Timeout: cfg.SilentBroker, Logger: cfg.Logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watch.Run(ctx)
+	}()
+	stopWatch := func() {
+		cancel()
+		<-watched
+	}
 	client, err := sarama.NewClient(cfg.Kafka.Brokers, sc)
 	if err != nil {
+		stopWatch()
 		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Kafka.Brokers, err)
 	}
-	r := &Reclaimer{cfg: cfg, client: client, partLock: map[tp]*sync.Mutex{}}
+	r := &Reclaimer{cfg: cfg, client: client, stopWatch: stopWatch, partLock: map[tp]*sync.Mutex{}}
 	fail := func(what string, err error) (*Reclaimer, error) {
 		r.Close()
 		return nil, fmt.Errorf("reclaim: %s: %w", what, err)
@@ -94,4 +115,5 @@ func (r *Reclaimer) close() {
 		_ = r.consumer.Close()
 	}
 	_ = r.client.Close()
+	r.stopWatch()
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
 )
 
 // Ordering says which records of a partition may run at the same time.
@@ -93,6 +95,14 @@ type Config struct {
 	// letting go. It must be shorter than the group's rebalance timeout.
 	// Default 5s.
 	RevokeGrace time.Duration
+	// SilentBroker is how long a broker may leave a probe unanswered before
+	// pcon gives up every request waiting on it (brokerwatch): a fetch,
+	// heartbeat or commit sent to a frozen broker then fails within about
+	// this long plus a second, and the consumer follows the partitions'
+	// and the coordinator's new leaders once Kafka fences the broker,
+	// instead of waiting out Sarama's Net.ReadTimeout, which a group needs
+	// longer than its rebalance timeout for JoinGroup. Default 3s.
+	SilentBroker time.Duration
 
 	// KeyQueueCapacity bounds the records one key (one partition, in
 	// PartitionOrder) may hold queued behind its running records, so that a
@@ -253,6 +263,7 @@ func (c Config) Validate() error {
 		"MaxBackoff":        int64(c.MaxBackoff),
 		"CommitInterval":    int64(c.CommitInterval),
 		"RevokeGrace":       int64(c.RevokeGrace),
+		"SilentBroker":      int64(c.SilentBroker),
 		"Batch.MaxRecords":  int64(c.Batch.MaxRecords),
 		"Batch.MaxBytes":    int64(c.Batch.MaxBytes),
 		"Batch.MaxWait":     int64(c.Batch.MaxWait),
@@ -316,6 +327,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.DLTSuffix, ".DLT")
 	setDefault(&c.CommitInterval, time.Second)
 	setDefault(&c.RevokeGrace, 5*time.Second)
+	setDefault(&c.SilentBroker, brokerwatch.DefaultTimeout)
 	setDefault(&c.Batch.MaxRecords, 100)
 	setDefault(&c.Batch.MaxBytes, 1<<20)
 	setDefault(&c.Batch.Concurrency, 4)

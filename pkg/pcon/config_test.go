@@ -61,6 +61,7 @@ func TestConfigValidate(t *testing.T) {
 			want:   []string{"KeyQueueCapacity"},
 		},
 		{name: "negative handler timeout", mutate: func(c *Config) { c.HandlerTimeout = -time.Second }, want: []string{"HandlerTimeout"}},
+		{name: "negative silent broker timeout", mutate: func(c *Config) { c.SilentBroker = -time.Second }, want: []string{"SilentBroker"}},
 		{name: "static member id", mutate: func(c *Config) { c.InstanceID = "consumer-0" }},
 		{name: "invalid static member id", mutate: func(c *Config) { c.InstanceID = "bad id!" }, want: []string{"InstanceID"}},
 		{name: "shrinking backoff", mutate: func(c *Config) { c.BackoffMultiplier = 0.5 }, want: []string{"BackoffMultiplier"}},
@@ -132,14 +133,14 @@ func TestDefaults(t *testing.T) {
 		"DLTSuffix": d.DLTSuffix, "CommitInterval": d.CommitInterval, "RevokeGrace": d.RevokeGrace,
 		"Batch": d.Batch, "AutoCommit": d.Sarama.Consumer.Offsets.AutoCommit.Enable,
 		"KeyQueueCapacity": d.KeyQueueCapacity, "KeyOverflow": d.KeyOverflow, "HandlerTimeout": d.HandlerTimeout,
-		"caller's sarama config untouched": base.Consumer.Offsets.AutoCommit.Enable,
+		"SilentBroker": d.SilentBroker, "caller's sarama config untouched": base.Consumer.Offsets.AutoCommit.Enable,
 	}
 	want := map[string]any{
 		"MaxInFlight": 1000, "MaxAttempts": 3, "Backoff": time.Second,
 		"DLTSuffix": ".DLT", "CommitInterval": time.Second, "RevokeGrace": 5 * time.Second,
 		"Batch":            BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 0, Concurrency: 4, MaxRun: 100},
 		"KeyQueueCapacity": 250, "KeyOverflow": Block, "HandlerTimeout": time.Duration(0),
-		"AutoCommit": false, "caller's sarama config untouched": true,
+		"SilentBroker": 3 * time.Second, "AutoCommit": false, "caller's sarama config untouched": true,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 )
@@ -234,7 +235,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer close(c.done)
 	defer cancel()
 
-	client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.Sarama)
+	// A client of this run's own, its connections watched: a request to a
+	// broker that stopped answering is given up after SilentBroker.
+	sc := *c.cfg.Sarama
+	watch := brokerwatch.New(&sc, brokerwatch.Options{Timeout: c.cfg.SilentBroker, Logger: c.log})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		watch.Run(watchCtx)
+	}()
+	defer func() {
+		stopWatch()
+		<-watchDone
+	}()
+	client, err := sarama.NewClient(c.cfg.Brokers, &sc)
 	if err != nil {
 		c.shutdownEngine()
 		return fmt.Errorf("pcon: connect: %w", err)

@@ -122,6 +122,15 @@
 // stays incomplete, its offset is never committed, and the publish is
 // retried and counted in PartitionStats.DLTFailures.
 //
+// A broker that stops answering (a frozen process, a hung machine) is
+// noticed by probing it (package brokerwatch): once it has left a probe
+// unanswered for Config.SilentBroker, the fetch, heartbeat or commit
+// waiting on it is given up and new connections to it are refused until it
+// answers again, so the Consumer follows its partitions and the group's
+// coordinator to their new leaders as soon as Kafka has fenced it, instead
+// of waiting out Sarama's Net.ReadTimeout (which a group needs longer than
+// its rebalance timeout for JoinGroup).
+//
 // Delivery is at least once: a record may be handled again after a
 // rebalance or a crash (never if the previous owner's commit metadata says
 // it completed). Handlers should be idempotent.
@@ -170,7 +179,7 @@
 //
 //   - New starts nothing. Run starts sarama's goroutines and pcon's own: one
 //     per claimed partition (feeding records), one committer per group
-//     session, handler goroutines (for a RecordHandler, workers started on
+//     session, one watching the brokers (and one per probe under way), handler goroutines (for a RecordHandler, workers started on
 //     demand, at most MaxInFlight, kept until shutdown, of which at most
 //     GOMAXPROCS run records while handler calls are fast, with a timer
 //     watching for a call that blocks; for a BatchHandler, at most

@@ -1,6 +1,6 @@
 // Package benchkit holds what the benchmarks that drive the running pipeline
 // share: a call to commerce-api, the aggregates' counts of a set of
-// products, and a service's CPU profile.
+// products, a service's CPU profile, and the sizes of cluster they run on.
 package benchkit
 
 import (
@@ -10,9 +10,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/devkafka"
 )
 
 // Call sends one request with a JSON body to commerce-api as user (none
@@ -87,4 +90,39 @@ func FetchProfile(url, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// DefaultNodes is the -nodes flag's default of the benchmarks that run on
+// Apache Kafka: three nodes first (every topic with three replicas and
+// min.insync.replicas=2, what production runs and acks=all waits on), one
+// node's figures beside, in the same run.
+const DefaultNodes = "3,1"
+
+// ParseNodes reads a -nodes flag: the cluster sizes to run on, in order,
+// each on a fresh cluster. The embedded broker (kind devkafka.Embedded) has
+// one node: the default becomes 1 there, and a larger size is refused.
+func ParseNodes(flagValue, kind string) ([]int, error) {
+	if kind == devkafka.Embedded && flagValue == DefaultNodes {
+		return []int{1}, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(flagValue, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-nodes: %q is not a list of cluster sizes (3,1)", flagValue)
+		}
+		if kind == devkafka.Embedded && n > 1 {
+			return nil, fmt.Errorf("-nodes %d: the embedded broker has one node (KAFKA=real runs a cluster)", n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ClusterLabel names a cluster of n nodes in a benchmark's output.
+func ClusterLabel(n int) string {
+	if n == 1 {
+		return "1 node (replication factor 1)"
+	}
+	return fmt.Sprintf("%d nodes (replication factor %d, min.insync.replicas=%d)", n, devkafka.Replication(n), devkafka.MinInsync(n))
 }

@@ -219,7 +219,10 @@ func saramaConfig(cfg Config) *sarama.Config {
 	// partitions until its session times out, and a rebalance waits for the
 	// members it knows up to the rebalance timeout. The broker holds a
 	// JoinGroup answer until then, so the read timeout must be longer, or the
-	// joining member gives up and starts over, forever.
+	// joining member gives up and starts over, forever. sarama gives every
+	// request that one timeout; a fetch, heartbeat or commit sent to a broker
+	// that stopped answering is given up sooner by pcon (and the reclaimer)
+	// watching the brokers (pkg/brokerwatch).
 	c.Consumer.Group.Session.Timeout = cfg.SessionTimeout
 	c.Consumer.Group.Heartbeat.Interval = cfg.SessionTimeout / 10
 	c.Consumer.Group.Rebalance.Timeout = cfg.RebalanceTimeout
