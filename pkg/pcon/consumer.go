@@ -16,20 +16,25 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 )
 
+// HeaderPrefix begins the name of every header pcon writes, so that a tool
+// handling dead-lettered records (a re-drive, say) can drop pcon's headers
+// without listing them.
+const HeaderPrefix = "pcon-"
+
 // Dead-letter headers added to a record published to the dead-letter topic,
 // next to the record's own headers.
 const (
-	HeaderOriginalTopic     = "pcon-original-topic"
-	HeaderOriginalPartition = "pcon-original-partition"
-	HeaderOriginalOffset    = "pcon-original-offset"
-	HeaderOriginalTimestamp = "pcon-original-timestamp" // RFC 3339, nanoseconds
-	HeaderConsumerGroup     = "pcon-consumer-group"
-	HeaderError             = "pcon-error"
-	HeaderAttempts          = "pcon-attempts"
-	HeaderDeadLetteredAt    = "pcon-dead-lettered-at" // RFC 3339, nanoseconds
+	HeaderOriginalTopic     = HeaderPrefix + "original-topic"
+	HeaderOriginalPartition = HeaderPrefix + "original-partition"
+	HeaderOriginalOffset    = HeaderPrefix + "original-offset"
+	HeaderOriginalTimestamp = HeaderPrefix + "original-timestamp" // RFC 3339, nanoseconds
+	HeaderConsumerGroup     = HeaderPrefix + "consumer-group"
+	HeaderError             = HeaderPrefix + "error"
+	HeaderAttempts          = HeaderPrefix + "attempts"
+	HeaderDeadLetteredAt    = HeaderPrefix + "dead-lettered-at" // RFC 3339, nanoseconds
 	// HeaderReason says why the record was dead-lettered: ReasonFailed,
 	// ReasonPermanent or ReasonKeyQueueFull.
-	HeaderReason = "pcon-reason"
+	HeaderReason = HeaderPrefix + "reason"
 )
 
 // Values of HeaderReason.
