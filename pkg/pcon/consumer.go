@@ -70,8 +70,7 @@ type Consumer struct {
 	log     *slog.Logger
 	// rawKey: the key is the record key (the default resolver), which the
 	// control plane can take as bytes.
-	rawKey  bool
-	records records
+	rawKey bool
 
 	producer atomic.Pointer[sarama.SyncProducer]
 	// refusedMu guards refused: partitions whose commit metadata the
@@ -160,14 +159,11 @@ func (c *Consumer) newEngine(h Handler) engine.Engine {
 // message is the record behind t.
 func message(t engine.Task) *fetched { return core.Payload(t).(*fetched) }
 
-// The runners take their Records back when the handler returns; after a
-// panic they are left to the collector.
+// The runners build each call's Records afresh (newRecord, newRecords): a
+// handler may keep them.
 func (c *Consumer) recordRunner(h RecordHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
-		r := c.records.get(message(ts[0]))
-		err := h(ctx, r)
-		c.records.put(r)
-		if err != nil {
+		if err := h(ctx, newRecord(message(ts[0]))); err != nil {
 			return []error{err}
 		}
 		return nil
@@ -176,14 +172,11 @@ func (c *Consumer) recordRunner(h RecordHandler) engine.Runner {
 
 func (c *Consumer) batchRunner(h BatchHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
-		rs := make([]*Record, len(ts))
+		fs := make([]*fetched, len(ts))
 		for i, t := range ts {
-			rs[i] = c.records.get(message(t))
+			fs[i] = message(t)
 		}
-		err := h(ctx, rs)
-		for _, r := range rs {
-			c.records.put(r)
-		}
+		err := h(ctx, newRecords(fs))
 		if err == nil {
 			return nil
 		}
