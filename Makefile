@@ -42,7 +42,7 @@ lint: ## in every module: go mod tidy is a no-op, golangci-lint with .golangci.y
 	@v=$$($(GOLANGCI_LINT) version --short 2>/dev/null); [ "v$${v#v}" = "$(GOLANGCI_LINT_VERSION)" ] || \
 		{ echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into .bin/"; \
 		  GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); }
-	@$(call in-modules,echo "golangci-lint: $$m"; $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...)
+	@$(call in-modules,echo "golangci-lint: $$m" && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...)
 	@# The repository builds and vets on macOS too (build tags keep the
 	@# Linux-only parts, such as the broker runner's parent-death signal, out).
 	@$(call in-modules,GOOS=darwin $(GO) vet ./...)
