@@ -13,6 +13,13 @@ GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint
 TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool kafka schemathesis)"
 TESTENV_E2E := eval "$$(scripts/testenv.sh browser kafka)"
 TEST_TIMEOUT ?= 30m
+# The modules nested in this clone, which ./... from the root does not reach:
+# pcon and pconprom (published on their own), and pcon's tests against Apache
+# Kafka (a module of their own: they need the root module's testenv and
+# pcon's internals). GOWORK=off: each is checked with its own go.mod, not
+# with a developer's go.work.
+NESTED_MODULES := pkg/pcon pkg/pcon/pconprom pkg/pcon/internal/repotest
+in-modules = set -e; for m in . $(NESTED_MODULES); do (cd $$m && export GOWORK=off && $(1)); done
 
 # KAFKA chooses the broker of make dev and make bench: real (Apache Kafka's
 # own broker, a JVM on loopback; needs a JDK, installed when missing) or
@@ -32,15 +39,18 @@ check-kafka = $(if $(filter-out 1,$(words $(KAFKA)))$(filter-out real embedded,$
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-test: ## run every test (with -race) against real PostgreSQL, Redis and Apache Kafka
-	@$(TESTENV_TESTS) && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: ## run every test of every module (with -race) against real PostgreSQL, Redis and Apache Kafka
+	@$(TESTENV_TESTS) && $(call in-modules,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
-lint: ## go mod tidy is a no-op, golangci-lint with .golangci.yml, and the OpenAPI document against Redocly's recommended rules
-	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
+lint: ## in every module: go mod tidy is a no-op, golangci-lint with .golangci.yml, go vet for macOS; the OpenAPI document against Redocly's recommended rules
+	@$(call in-modules,$(GO) mod tidy -diff || { echo "$$m: go.mod/go.sum are not tidy: run go mod tidy there" >&2; exit 1; })
 	@v=$$($(GOLANGCI_LINT) version --short 2>/dev/null); [ "v$${v#v}" = "$(GOLANGCI_LINT_VERSION)" ] || \
 		{ echo "installing golangci-lint $(GOLANGCI_LINT_VERSION) into .bin/"; \
 		  GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); }
-	$(GOLANGCI_LINT) run ./...
+	@$(call in-modules,echo "golangci-lint: $$m" && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...)
+	@# The repository builds and vets on macOS too (build tags keep the
+	@# Linux-only parts, such as the broker runner's parent-death signal, out).
+	@$(call in-modules,GOOS=darwin $(GO) vet ./...)
 	@command -v npm >/dev/null 2>&1 || { echo "make lint needs Node.js 20.19+ and npm (the OpenAPI linter)" >&2; exit 1; }
 	@cd tools/redocly && npm ci --no-audit --no-fund --silent
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true tools/redocly/node_modules/.bin/redocly lint \

@@ -19,6 +19,8 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/loopers/commerce-pipeline/pkg/pcon v0.0.0-00010101000000-000000000000
+	github.com/loopers/commerce-pipeline/pkg/pcon/pconprom v0.0.0-00010101000000-000000000000
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -31,7 +33,6 @@ require (
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
-	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/image v0.47.0
 	golang.org/x/mod v0.42.0
@@ -176,4 +177,11 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
+)
+
+// pcon and pconprom are modules of their own (tagged pkg/pcon/vX.Y.Z and
+// pkg/pcon/pconprom/vX.Y.Z); the application builds them from this clone.
+replace (
+	github.com/loopers/commerce-pipeline/pkg/pcon => ./pkg/pcon
+	github.com/loopers/commerce-pipeline/pkg/pcon/pconprom => ./pkg/pcon/pconprom
 )

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // alertRules is deploy/prometheus/alerts.yml as Prometheus reads it.
@@ -50,6 +52,7 @@ func alertExprs(t *testing.T) []string {
 // scripts/testenv.sh installs for `make test`; without it the test fails.
 func TestAlertRules(t *testing.T) {
 	t.Parallel()
+	testenv.Needs(t, "promtool")
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool is not installed (eval \"$(scripts/testenv.sh promtool)\" installs it): %v", err)

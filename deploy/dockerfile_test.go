@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/semver"
 )
 
@@ -121,4 +122,42 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestDockerfileCopiesReplacedModules: every module go.mod replaces with a
+// directory of the clone has its go.mod and go.sum copied before the
+// build's go mod download, which reads them (without them the download
+// fails on the missing directory).
+func TestDockerfileCopiesReplacedModules(t *testing.T) {
+	t.Parallel()
+	mf, err := modfile.Parse("go.mod", readFile(t, "go.mod"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := map[string]bool{}
+	for _, in := range dockerInstructions(t) {
+		f := strings.Fields(in)
+		if strings.EqualFold(f[0], "RUN") && strings.Contains(in, "go mod download") {
+			break
+		}
+		if strings.EqualFold(f[0], "COPY") {
+			for _, src := range f[1 : len(f)-1] {
+				copied[filepath.Clean(src)] = true
+			}
+		}
+	}
+	var missing []string
+	for _, r := range mf.Replace {
+		if !modfile.IsDirectoryPath(r.New.Path) {
+			continue
+		}
+		for _, name := range []string{"go.mod", "go.sum"} {
+			if p := filepath.Join(r.New.Path, name); !copied[p] {
+				missing = append(missing, p)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("the Dockerfile copies %v only after go mod download (or never)", missing)
+	}
 }

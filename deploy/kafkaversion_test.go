@@ -14,6 +14,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // kafkaVersions reads the Apache Kafka release from every place that pins
@@ -93,6 +94,7 @@ func TestKafkaMetadataVersion(t *testing.T) {
 	major, minor, _ := strings.Cut(k.Version, ".")
 	minor, _, _ = strings.Cut(minor, ".")
 	release := major + "." + minor
+	testenv.Needs(t, "Apache Kafka's jars (Maven Central) and a JVM")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	classpath, err := kafkabroker.Classpath(ctx)

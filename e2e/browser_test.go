@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/stack"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // ScreenshotPath is where TestLivePage writes the live page's screenshot (docs) when
@@ -28,6 +29,7 @@ const screenshotPath = "docs/live-page.png"
 // chromium fails the test (scripts/testenv.sh installs it).
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	testenv.Needs(t, "a browser (chromium)")
 	path, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("no chromium on PATH (%v): run scripts/testenv.sh as root, or apt-get install chromium", err)

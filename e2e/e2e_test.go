@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -54,6 +55,13 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs the services on PostgreSQL and Apache
+		// Kafka, so -short skips them all (binaries): no build for them.
+		close(built)
+		os.Exit(m.Run())
+	}
 	go func() {
 		defer close(built)
 		root, err := stack.ModuleRoot()
@@ -79,6 +87,7 @@ func TestMain(m *testing.M) {
 // not be built.
 func binaries(t *testing.T) *stack.Binaries {
 	t.Helper()
+	testenv.Needs(t, "PostgreSQL and Apache Kafka, for the services")
 	<-built
 	if buildErr != nil {
 		t.Fatal(buildErr)

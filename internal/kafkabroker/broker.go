@@ -9,7 +9,8 @@
 // metadata request listing every node: readiness is the broker's own answer,
 // never a sleep. Close ends exactly the processes Start started; a process
 // this one leaves behind when it dies is killed by the kernel (the
-// parent-death signal), so a crashed test binary leaks no broker.
+// parent-death signal, on Linux) or within a second by a watching shell
+// (elsewhere), so a crashed test binary leaks no broker.
 //
 //	c, err := kafkabroker.Start(ctx, kafkabroker.Options{Nodes: 3})
 //	if err != nil { ... }
@@ -484,8 +485,8 @@ func (n *Node) signalAndWait(sig syscall.Signal, grace time.Duration) error {
 }
 
 // spawn starts the node's JVM. The process is started from a goroutine that
-// holds its OS thread until the process exits: the parent-death signal
-// belongs to the thread that forked, and Go may otherwise end that thread
+// holds its OS thread until the process exits: the parent-death signal (on
+// Linux) belongs to the thread that forked, and Go may otherwise end that thread
 // while the broker runs, killing it.
 func (n *Node) spawn() error {
 	logf, err := os.OpenFile(filepath.Join(n.dir, "broker.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -512,12 +513,13 @@ func (n *Node) spawn() error {
 		cmd := exec.Command("java", args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.Dir = n.dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = sysProcAttr()
 		if err := cmd.Start(); err != nil {
 			_ = logf.Close()
 			started <- fmt.Errorf("kafkabroker: start node %d: %w", n.id, err)
 			return
 		}
+		watchParent(cmd.Process)
 		n.mu.Lock()
 		n.proc, n.exited = cmd.Process, exited
 		n.mu.Unlock()

@@ -12,19 +12,21 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 // HeaderRedriveCount counts how often a record was re-driven from a DLT. It
 // travels with the record, so a record dead-lettered again carries it into
 // the DLT (pcon copies the record's headers) and is parked once it reached
-// Config.MaxRedrives.
-const HeaderRedriveCount = "pcon-redrive-count"
+// Config.MaxRedrives. The reclaimer's headers carry pcon's prefix, so a
+// re-drive drops them with pcon's before adding its own.
+const HeaderRedriveCount = pcon.HeaderPrefix + "redrive-count"
 
 // HeaderParkedReason and HeaderParkedAt say why and when the reclaimer
 // parked a record; it keeps every other header of the DLT record.
 const (
-	HeaderParkedReason = "pcon-parked-reason"
-	HeaderParkedAt     = "pcon-parked-at"
+	HeaderParkedReason = pcon.HeaderPrefix + "parked-reason"
+	HeaderParkedAt     = pcon.HeaderPrefix + "parked-at"
 )
 
 // ParkedGroup is the consumer group whose committed offsets in the parked

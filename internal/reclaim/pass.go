@@ -16,6 +16,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 // Pass runs one reclaim pass over every domain in parallel and logs its
@@ -471,7 +472,8 @@ func parked(m *sarama.ConsumerMessage, topic, why string) *sarama.ProducerMessag
 }
 
 // redriven builds the record that sends m back to the partition it was
-// dead-lettered from, without the previous DLT headers, with the re-drive
+// dead-lettered from, without the previous DLT headers (pcon's, and the
+// reclaimer's own, which share pcon's prefix), with the re-drive
 // counter raised. Metadata carries m's DLT offset.
 func redriven(m *sarama.ConsumerMessage, info Info) *sarama.ProducerMessage {
 	msg := &sarama.ProducerMessage{Topic: info.Origin, Partition: info.Partition, Value: sarama.ByteEncoder(m.Value), Metadata: m.Offset}
@@ -479,7 +481,7 @@ func redriven(m *sarama.ConsumerMessage, info Info) *sarama.ProducerMessage {
 		msg.Key = sarama.ByteEncoder(m.Key)
 	}
 	for _, h := range m.Headers {
-		if h == nil || strings.HasPrefix(string(h.Key), "pcon-") {
+		if h == nil || strings.HasPrefix(string(h.Key), pcon.HeaderPrefix) {
 			continue
 		}
 		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})

@@ -51,6 +51,7 @@ var (
 // the binary, however that ends).
 func KafkaBrokers(t testing.TB) []string {
 	t.Helper()
+	Needs(t, needsKafka)
 	brokerOnce.Do(func() {
 		if v := os.Getenv("TEST_KAFKA_BROKERS"); v != "" {
 			brokerAddrs = strings.Split(v, ",")
@@ -126,6 +127,7 @@ func (k *KafkaEnv) Env() map[string]string {
 // test ends: for tests that kill, stop or reconfigure brokers.
 func KafkaCluster(t testing.TB, opts kafkabroker.Options) *kafkabroker.Cluster {
 	t.Helper()
+	Needs(t, needsKafka)
 	props := maps.Clone(BrokerProps)
 	maps.Copy(props, opts.Props)
 	opts.Props = props

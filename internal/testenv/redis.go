@@ -31,6 +31,7 @@ const redisDBs = 16
 // the test ends.
 func RedisURL(t testing.TB) string {
 	t.Helper()
+	Needs(t, needsRedis)
 	redisOnce.Do(func() { redisURL, redisErr = findRedis() })
 	if redisErr != nil {
 		t.Fatalf("testenv: no Redis for tests: %v\nRun the tests with `make test` (it provides one), or set TEST_REDIS_URL.", redisErr)

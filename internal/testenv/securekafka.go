@@ -55,6 +55,7 @@ type SecureKafka struct {
 // the test.
 func SecureKafkaCluster(t testing.TB, users ...string) *SecureKafka {
 	t.Helper()
+	Needs(t, needsKafka)
 	ca := NewCA(t, "kafka-test")
 	broker := ca.Issue(t, "broker", "127.0.0.1", "localhost")
 	k := &SecureKafka{CA: ca, Passwords: map[string]string{}}

@@ -50,6 +50,7 @@ var (
 // returns its URL. The database is dropped when the test ends.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()
+	Needs(t, needsPostgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	url, drop, err := NewDatabase(ctx)

@@ -17,20 +17,25 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 )
 
+// HeaderPrefix begins the name of every header pcon writes, so that a tool
+// handling dead-lettered records (a re-drive, say) can drop pcon's headers
+// without listing them.
+const HeaderPrefix = "pcon-"
+
 // Dead-letter headers added to a record published to the dead-letter topic,
 // next to the record's own headers.
 const (
-	HeaderOriginalTopic     = "pcon-original-topic"
-	HeaderOriginalPartition = "pcon-original-partition"
-	HeaderOriginalOffset    = "pcon-original-offset"
-	HeaderOriginalTimestamp = "pcon-original-timestamp" // RFC 3339, nanoseconds
-	HeaderConsumerGroup     = "pcon-consumer-group"
-	HeaderError             = "pcon-error"
-	HeaderAttempts          = "pcon-attempts"
-	HeaderDeadLetteredAt    = "pcon-dead-lettered-at" // RFC 3339, nanoseconds
+	HeaderOriginalTopic     = HeaderPrefix + "original-topic"
+	HeaderOriginalPartition = HeaderPrefix + "original-partition"
+	HeaderOriginalOffset    = HeaderPrefix + "original-offset"
+	HeaderOriginalTimestamp = HeaderPrefix + "original-timestamp" // RFC 3339, nanoseconds
+	HeaderConsumerGroup     = HeaderPrefix + "consumer-group"
+	HeaderError             = HeaderPrefix + "error"
+	HeaderAttempts          = HeaderPrefix + "attempts"
+	HeaderDeadLetteredAt    = HeaderPrefix + "dead-lettered-at" // RFC 3339, nanoseconds
 	// HeaderReason says why the record was dead-lettered: ReasonFailed,
 	// ReasonPermanent or ReasonKeyQueueFull.
-	HeaderReason = "pcon-reason"
+	HeaderReason = HeaderPrefix + "reason"
 )
 
 // Values of HeaderReason.
@@ -66,8 +71,7 @@ type Consumer struct {
 	log     *slog.Logger
 	// rawKey: the key is the record key (the default resolver), which the
 	// control plane can take as bytes.
-	rawKey  bool
-	records records
+	rawKey bool
 
 	producer atomic.Pointer[sarama.SyncProducer]
 	// refusedMu guards refused: partitions whose commit metadata the
@@ -156,14 +160,11 @@ func (c *Consumer) newEngine(h Handler) engine.Engine {
 // message is the record behind t.
 func message(t engine.Task) *fetched { return core.Payload(t).(*fetched) }
 
-// The runners take their Records back when the handler returns; after a
-// panic they are left to the collector.
+// The runners build each call's Records afresh (newRecord, newRecords): a
+// handler may keep them.
 func (c *Consumer) recordRunner(h RecordHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
-		r := c.records.get(message(ts[0]))
-		err := h(ctx, r)
-		c.records.put(r)
-		if err != nil {
+		if err := h(ctx, newRecord(message(ts[0]))); err != nil {
 			return []error{err}
 		}
 		return nil
@@ -172,14 +173,11 @@ func (c *Consumer) recordRunner(h RecordHandler) engine.Runner {
 
 func (c *Consumer) batchRunner(h BatchHandler) engine.Runner {
 	return func(ctx context.Context, ts []engine.Task) []error {
-		rs := make([]*Record, len(ts))
+		fs := make([]*fetched, len(ts))
 		for i, t := range ts {
-			rs[i] = c.records.get(message(t))
+			fs[i] = message(t)
 		}
-		err := h(ctx, rs)
-		for _, r := range rs {
-			c.records.put(r)
-		}
+		err := h(ctx, newRecords(fs))
 		if err == nil {
 			return nil
 		}

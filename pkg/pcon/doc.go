@@ -14,6 +14,11 @@
 // committed one carried in the commit metadata, so that a new owner skips
 // them.
 //
+// pcon is a Go module of its own (github.com/loopers/commerce-pipeline/pkg/pcon),
+// versioned by the repository's tags pkg/pcon/vX.Y.Z, and requires sarama
+// alone; its Prometheus collector, pconprom, is another module
+// (pkg/pcon/pconprom/vX.Y.Z). The module's README says how to depend on it.
+//
 // # Usage
 //
 //	c, err := pcon.New(pcon.Config{
@@ -29,7 +34,7 @@
 //	if err != nil {
 //		return err // a *ConfigError names the bad field
 //	}
-//	prometheus.MustRegister(pconprom.NewCollector(c))
+//	prometheus.MustRegister(pconprom.NewCollector(c)) // module pkg/pcon/pconprom
 //	go func() { <-shutdown; c.Close() }()
 //	return c.Run(ctx)
 //

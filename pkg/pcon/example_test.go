@@ -9,10 +9,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
-	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
 )
 
 // errBadPayload stands for a record the handler can never process.
@@ -39,8 +36,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(pconprom.NewCollector(c))
+	// Metrics: pconprom.NewCollector(c), in the pconprom module.
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

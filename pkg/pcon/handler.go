@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Record is one Kafka record handed to a handler. A handler must not keep
-// it, or slices of it, after returning: pcon reuses the Record for other
-// records once the call returned.
+// Record is one Kafka record handed to a handler. Each handler call gets
+// Records of its own, never reused: a handler may keep a Record, or slices
+// of it, after returning, and it keeps that record's data.
 type Record struct {
 	Topic     string
 	Partition int32
@@ -26,8 +26,6 @@ type Record struct {
 	// against the time a handler finishes, how long it waited and ran here.
 	// It stays the same across the record's retries.
 	Received time.Time
-
-	headers []Header // the array Headers is built in, reused with the Record
 }
 
 // Header is a record header.
@@ -133,8 +131,9 @@ func isPermanent(err error) bool {
 
 // KeyResolver returns the ordering key of a record in KeyOrder. An empty key
 // means "no key": such records run unordered unless Config.OrderEmptyKeys is
-// set. Any func(*Record) string converts to a KeyResolver. Like a handler,
-// it must not keep the Record.
+// set. Any func(*Record) string converts to a KeyResolver. Unlike a
+// handler, it must not keep the Record: it runs once per fetched record on
+// the partition's feeder, which reads every record through the same one.
 type KeyResolver func(r *Record) string
 
 // RecordKey is the default KeyResolver: the record's own key.

@@ -1,7 +1,6 @@
 package pcon
 
 import (
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -14,42 +13,56 @@ type fetched struct {
 	received time.Time
 }
 
-// records recycles the Records handed to handlers. Until its handler call a
-// record is sarama's message (a fetched); a Record is built from it for the call and
-// taken back afterwards (a handler must not keep it), so records in flight
-// or queued behind their key cost no Record, and a busy consumer fills a
-// few warm Records instead of a new one per record.
-type records struct{ pool sync.Pool }
+// Records are built for a handler call and never reused: a handler that
+// keeps a *Record (in a cache, a goroutine, a later batch) keeps that
+// record's data. Until its handler call a record is sarama's message (a
+// fetched), so records in flight or queued behind their key cost no Record;
+// the call's Records come in as few allocations as the call allows.
 
-// get returns a Record of f.
-func (rs *records) get(f *fetched) *Record {
-	r, _ := rs.pool.Get().(*Record)
-	if r == nil {
-		r = new(Record)
-	}
-	fill(r, f)
+// newRecord returns the Record of f, for one handler call.
+func newRecord(f *fetched) *Record {
+	r := new(Record)
+	fill(r, f, nil)
 	return r
 }
 
-// put takes r back once its handler call returned.
-func (rs *records) put(r *Record) {
-	clear(r.headers)
-	*r = Record{headers: r.headers[:0]}
-	rs.pool.Put(r)
+// newRecords returns the Records of fs, for one batch handler call: one
+// array of Records and one of headers for the whole batch.
+func newRecords(fs []*fetched) []*Record {
+	n := 0
+	for _, f := range fs {
+		n += len(f.msg.Headers)
+	}
+	arr := make([]Record, len(fs))
+	headers := make([]Header, 0, n)
+	out := make([]*Record, len(fs))
+	for i, f := range fs {
+		headers = fill(&arr[i], f, headers)
+		out[i] = &arr[i]
+	}
+	return out
 }
 
-// fill makes r the Record of f, reusing r's header array.
-func fill(r *Record, f *fetched) {
+// fill makes r the Record of f, its headers appended to headers (nil:
+// an array of r's own); it returns headers with r's appended. Headers is
+// capped so that a handler appending to it cannot write into another
+// record's headers.
+func fill(r *Record, f *fetched, headers []Header) []Header {
 	m := f.msg
 	*r = Record{
 		Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
 		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp, Received: f.received,
-		headers: r.headers[:0],
 	}
-	if len(m.Headers) > 0 {
-		for _, h := range m.Headers {
-			r.headers = append(r.headers, Header{Key: h.Key, Value: h.Value})
-		}
-		r.Headers = r.headers
+	if len(m.Headers) == 0 {
+		return headers
 	}
+	if headers == nil {
+		headers = make([]Header, 0, len(m.Headers))
+	}
+	start := len(headers)
+	for _, h := range m.Headers {
+		headers = append(headers, Header{Key: h.Key, Value: h.Value})
+	}
+	r.Headers = headers[start:len(headers):len(headers)]
+	return headers
 }

@@ -347,7 +347,7 @@ func (c *Consumer) items(dst []core.Item, msgs []*sarama.ConsumerMessage, scratc
 		if c.rawKey {
 			it.RawKey = m.Key // nil for a record without a key: no key, as Key ""
 		} else {
-			fill(scratch, f)
+			fill(scratch, f, scratch.Headers[:0])
 			it.Key = c.cfg.KeyResolver(scratch)
 		}
 		dst = append(dst, it)

@@ -1,16 +1,17 @@
-package core
+package pcon_test
 
 import (
 	"testing"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
 )
 
 // TestErrKeyIsTheServices: pcon's records carry their errors under the key
 // the services use, so that one query over the logs finds every error.
 func TestErrKeyIsTheServices(t *testing.T) {
 	t.Parallel()
-	if ErrKey != service.ErrKey {
-		t.Errorf("pcon logs errors under %q, the services under %q", ErrKey, service.ErrKey)
+	if core.ErrKey != service.ErrKey {
+		t.Errorf("pcon logs errors under %q, the services under %q", core.ErrKey, service.ErrKey)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/testhook"
 )
 
 const (
@@ -205,7 +206,7 @@ func forEachEngineMode(t *testing.T, test func(t *testing.T, mode func(*pcon.Con
 	})
 	t.Run("shared workers", func(t *testing.T) {
 		t.Parallel()
-		test(t, pcon.ShareWorkers)
+		test(t, func(c *pcon.Consumer) { testhook.ShareWorkers(c) })
 	})
 }
 
