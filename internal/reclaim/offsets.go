@@ -8,7 +8,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
 // coordinatorWait bounds how long an offset request waits for the group's

@@ -23,7 +23,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
 // Reclaimer reclaims DLT records. Its methods may be called concurrently.

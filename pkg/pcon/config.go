@@ -11,7 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
 // Ordering says which records of a partition may run at the same time.

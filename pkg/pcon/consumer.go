@@ -12,7 +12,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/engine"
 )

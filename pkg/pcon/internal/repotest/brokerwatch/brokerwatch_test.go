@@ -11,7 +11,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
-	"github.com/loopers/commerce-pipeline/pkg/brokerwatch"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
 // TestFrozenBrokerGivenUp freezes (SIGSTOP) a broker of the test's own
