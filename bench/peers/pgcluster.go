@@ -116,8 +116,7 @@ func startPG(ctx context.Context) (*pgCluster, error) {
 	c := &pgCluster{dir: dir, port: port, done: make(chan error, 1)}
 	c.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	// SIGQUIT, PostgreSQL's immediate shutdown, if this program dies first.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
+	c.cmd.SysProcAttr = postgresProcAttr(cred)
 	if err := c.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench/peers: start postgres: %w", err)
