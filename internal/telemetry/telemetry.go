@@ -117,9 +117,7 @@ func Setup(ctx context.Context, name string, lookup func(string) (string, bool))
 	// No WithSampler: the SDK reads OTEL_TRACES_SAMPLER(_ARG), and without
 	// them samples parent-based, always on for roots.
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	enabled.Store(true)
+	Install(tp)
 	return func(ctx context.Context) error {
 		if err := tp.Shutdown(ctx); err != nil {
 			return fmt.Errorf("telemetry: flush spans: %w", err)
@@ -153,4 +151,14 @@ func exporter(ctx context.Context, protocol, endpoint string, traces bool) (sdkt
 		return nil, fmt.Errorf("telemetry: OTLP exporter to %s: %w", endpoint, err)
 	}
 	return exp, nil
+}
+
+// Install makes tp the global tracer provider, with W3C propagation, and
+// turns on the instrumentation Enabled guards, as Setup does with an
+// exporter. Tests install an SDK provider recording in memory
+// (telemetrytest).
+func Install(tp trace.TracerProvider) {
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	enabled.Store(true)
 }

@@ -294,10 +294,7 @@ func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *i
 	}
 	msgs := make([]publisher.Message, len(rows))
 	for i, row := range rows {
-		msgs[i] = publisher.Message{
-			Sequence: row.Sequence, EventID: row.EventID, Type: row.EventType, Source: row.Source,
-			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
-		}
+		msgs[i] = messageOf(row)
 	}
 	in := &inflight{batch: b, rows: rows, fed: make(chan struct{}), acked: make(chan struct{}), newGap: r.gaps.recorded,
 		alone: prev == nil && len(rows) == 1}
