@@ -2,59 +2,13 @@ package telemetry_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/loopers/commerce-pipeline/internal/telemetry"
+	"github.com/loopers/commerce-pipeline/internal/telemetry/telemetrytest"
 )
-
-// receiver is an OTLP/HTTP trace receiver: it decodes every export request
-// and hands the span names, by service, to spans.
-func receiver(t *testing.T, spans chan<- map[string][]string) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
-			http.Error(w, "want a protobuf POST to /v1/traces", http.StatusBadRequest)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		var req collectortrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		got := map[string][]string{}
-		for _, rs := range req.GetResourceSpans() {
-			service := ""
-			for _, a := range rs.GetResource().GetAttributes() {
-				if a.GetKey() == "service.name" {
-					service = a.GetValue().GetStringValue()
-				}
-			}
-			for _, ss := range rs.GetScopeSpans() {
-				for _, s := range ss.GetSpans() {
-					got[service] = append(got[service], s.GetName())
-				}
-			}
-		}
-		resp, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		_, _ = w.Write(resp)
-		spans <- got
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func lookup(vars map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
@@ -93,9 +47,8 @@ func TestSetup(t *testing.T) {
 		t.Error("Setup took an unsupported protocol")
 	}
 
-	spans := make(chan map[string][]string, 10)
-	srv := receiver(t, spans)
-	shutdown, err := telemetry.Setup(ctx, "svc", lookup(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL}))
+	rcv := telemetrytest.NewReceiver(t)
+	shutdown, err := telemetry.Setup(ctx, "svc", lookup(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL}))
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -109,7 +62,11 @@ func TestSetup(t *testing.T) {
 	if err := shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	got := <-spans
+	// Shutdown flushed the spans: they have arrived.
+	got := map[string][]string{}
+	for _, s := range rcv.Spans() {
+		got[s.Service] = append(got[s.Service], s.Name)
+	}
 	if diff := cmp.Diff(map[string][]string{"svc": {"create like-events", "request"}}, got); diff != "" {
 		t.Errorf("spans received (-want +got):\n%s", diff)
 	}
