@@ -236,10 +236,15 @@ func appendTrace(hs []kgo.RecordHeader, m Message) []kgo.RecordHeader {
 	if m.TraceParent == "" {
 		return hs
 	}
-	tp := []byte(m.TraceParent)
+	// One allocation holds both values; each is shared by its two headers
+	// (the producer only reads them).
+	buf := make([]byte, 0, len(m.TraceParent)+len(m.TraceState))
+	buf = append(buf, m.TraceParent...)
+	tp := buf[:len(buf):len(buf)]
 	hs = append(hs, kgo.RecordHeader{Key: headerTraceParent, Value: tp}, kgo.RecordHeader{Key: headerCETraceParent, Value: tp})
 	if m.TraceState != "" {
-		ts := []byte(m.TraceState)
+		buf = append(buf, m.TraceState...)
+		ts := buf[len(tp):]
 		hs = append(hs, kgo.RecordHeader{Key: headerTraceState, Value: ts}, kgo.RecordHeader{Key: headerCETraceState, Value: ts})
 	}
 	return hs
