@@ -1,21 +1,28 @@
 package e2e
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loopers/commerce-pipeline/internal/eventcontract"
 	"github.com/loopers/commerce-pipeline/internal/telemetry/telemetrytest"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // TestTraceOfALike runs the three services with OTLP export to a receiver in
 // this process, likes a product, and reads the trace back: the request's
 // server span, its one create span, whose context the like's record
 // carried to the like consumer, whose process span links to it, with the
-// aggregate's transaction under that. It logs the trace with its
-// durations.
+// aggregate's transaction under that. The record's traceparent and
+// ce_traceparent are the stored column's, the create span's. It logs the
+// trace with its durations.
 func TestTraceOfALike(t *testing.T) {
 	t.Parallel()
 	rcv := telemetrytest.NewReceiver(t)
@@ -74,6 +81,30 @@ func TestTraceOfALike(t *testing.T) {
 	}
 	if got := children(spans, process[0]); !slices.ContainsFunc(got, func(c telemetrytest.Span) bool { return c.Name == "aggregate likes" }) {
 		t.Errorf("the process span's children %+v lack the aggregate's transaction", got)
+	}
+	// The record carries the stored context unchanged, in both header
+	// forms, and is still what the contract says.
+	conn, err := pgx.Connect(context.Background(), s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var stored string
+	if err := conn.QueryRow(context.Background(), `SELECT COALESCE(traceparent, '') FROM outbox WHERE event_type = 'loopers.like.created.v1'`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	h := testenv.Headers(testenv.ReadTopic(t, s.kafka.Brokers, s.topic("like-events"), 1, 30*time.Second)[0])
+	created := "00-" + create.TraceID + "-" + create.SpanID + "-01"
+	if diff := cmp.Diff([]string{created, created, created}, []string{stored, h["traceparent"], h["ce_traceparent"]}); diff != "" {
+		t.Errorf("create span's context, stored, traceparent, ce_traceparent (-want +got):\n%s", diff)
+	}
+	c, err := eventcontract.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := c.Message("loopers.like.created.v1")
+	if err := msg.CheckHeaders(h); err != nil {
+		t.Error(err)
 	}
 	// The trace of one like, as an operator sees it.
 	logTree(t, spans, request, "")
