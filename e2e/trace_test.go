@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/eventcontract"
 	"github.com/loopers/commerce-pipeline/internal/telemetry/telemetrytest"
@@ -84,15 +82,7 @@ func TestTraceOfALike(t *testing.T) {
 	}
 	// The record carries the stored context unchanged, in both header
 	// forms, and is still what the contract says.
-	conn, err := pgx.Connect(context.Background(), s.dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var stored string
-	if err := conn.QueryRow(context.Background(), `SELECT COALESCE(traceparent, '') FROM outbox WHERE event_type = 'loopers.like.created.v1'`).Scan(&stored); err != nil {
-		t.Fatal(err)
-	}
+	stored := telemetrytest.StoredTraceParent(t, s.dbURL, "loopers.like.created.v1")
 	h := testenv.Headers(testenv.ReadTopic(t, s.kafka.Brokers, s.topic("like-events"), 1, 30*time.Second)[0])
 	created := "00-" + create.TraceID + "-" + create.SpanID + "-01"
 	if diff := cmp.Diff([]string{created, created, created}, []string{stored, h["traceparent"], h["ce_traceparent"]}); diff != "" {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -63,15 +62,7 @@ func TestTraceOfALike(t *testing.T) {
 		t.Fatalf("%d create spans in the request's trace, want 1", len(creates))
 	}
 	create := creates[0]
-	conn, err := pgx.Connect(context.Background(), e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var stored string
-	if err := conn.QueryRow(context.Background(), `SELECT COALESCE(traceparent, '') FROM outbox WHERE event_type = 'loopers.like.created.v1'`).Scan(&stored); err != nil {
-		t.Fatal(err)
-	}
+	stored := telemetrytest.StoredTraceParent(t, e.url, "loopers.like.created.v1")
 	got := map[string]any{
 		"server":          []any{server.Name(), server.SpanKind().String(), route},
 		"create parent":   create.Parent().SpanID() == server.SpanContext().SpanID(),
