@@ -8,8 +8,9 @@ GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint
 # Tests get a real PostgreSQL and Redis from scripts/testenv.sh, and the tools
 # the target uses: Apache Kafka's broker (a JDK, Maven and the broker's jars)
 # for every test that talks to Kafka, the browser for the e2e suite's
-# live-page test, promtool for the alert rules' tests.
-TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool kafka)"
+# live-page test, promtool for the alert rules' tests, Schemathesis for the
+# API's contract test.
+TESTENV_TESTS := eval "$$(scripts/testenv.sh browser promtool kafka schemathesis)"
 TESTENV_E2E := eval "$$(scripts/testenv.sh browser kafka)"
 TEST_TIMEOUT ?= 30m
 

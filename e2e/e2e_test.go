@@ -183,6 +183,15 @@ type kafkaSetup struct {
 	// secured listener with the service's own credentials, commerce-api's
 	// AUTH_*.
 	ServiceEnv map[string]map[string]string
+	// Prefix, with Cluster, puts the pipeline's names under it, for a test
+	// that runs one pipeline after another on its cluster, each with topics
+	// of its own.
+	Prefix string
+	// ShippedDefaults runs the relay and the consumers with the timings
+	// they ship with (lease, poll and retry intervals, consumer session),
+	// not the harness's shorter ones: for a test whose figures are quoted
+	// as what an operator gets.
+	ShippedDefaults bool
 }
 
 // kafka returns the pipeline's Kafka with its topics created; they are
@@ -196,7 +205,7 @@ func (ks kafkaSetup) kafka(t *testing.T) *testenv.KafkaEnv {
 	case ks.Cluster == nil:
 		k = testenv.Kafka(t) // a fresh prefix, no topics yet
 	default:
-		k.Brokers = ks.Cluster.Brokers()
+		k.Brokers, k.Prefix = ks.Cluster.Brokers(), ks.Prefix
 	}
 	specs := k.PipelineTopics(3, max(ks.Replication, 1))
 	for i := range specs {
@@ -222,23 +231,26 @@ func newSystemOn(t *testing.T, ks kafkaSetup) *system {
 	s.apiProc = start(t, "commerce-api", "commerce-api", s.apiEnv)
 	s.api, s.apiAdmin = "http://"+apiAddr, "http://"+adminAddr
 	s.apiClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	s.relayEnv = func(node string) map[string]string {
-		env := s.withKafka(map[string]string{
-			"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t),
-			"OUTBOX_RELAY_NODE_ID": node, "OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms",
-			"OUTBOX_RELAY_RETRY_INTERVAL": "500ms",
-		})
-		maps.Copy(env, ks.ServiceEnv["outbox-relay"])
-		return env
-	}
-	s.consumerEnv = s.withKafka(map[string]string{
-		"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL,
-		"ADMIN_ADDR": freeAddr(t), "CONSUMER_RETRY_BACKOFF": "100ms",
+	// The harness's shorter timings, unless the test wants the shipped ones.
+	relayTimings := map[string]string{"OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms", "OUTBOX_RELAY_RETRY_INTERVAL": "500ms"}
+	consumerTimings := map[string]string{
+		"CONSUMER_RETRY_BACKOFF": "100ms",
 		// A SIGKILLed member that does not come back holds its partitions
 		// until its session ends (the brokers allow sessions from 500 ms,
 		// testenv.BrokerProps).
 		"KAFKA_SESSION_TIMEOUT": "6s", "KAFKA_REBALANCE_TIMEOUT": "10s",
-	})
+	}
+	if ks.ShippedDefaults {
+		relayTimings, consumerTimings = nil, nil
+	}
+	s.relayEnv = func(node string) map[string]string {
+		env := s.withKafka(map[string]string{"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t), "OUTBOX_RELAY_NODE_ID": node})
+		maps.Copy(env, relayTimings)
+		maps.Copy(env, ks.ServiceEnv["outbox-relay"])
+		return env
+	}
+	s.consumerEnv = s.withKafka(map[string]string{"DATABASE_URL": s.dbURL, "REDIS_URL": redisURL, "ADMIN_ADDR": freeAddr(t)})
+	maps.Copy(s.consumerEnv, consumerTimings)
 	maps.Copy(s.consumerEnv, ks.ServiceEnv["product-consumers"])
 	waitHTTP(t, s.api+"/readyz")
 	return s

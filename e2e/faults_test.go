@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -25,72 +26,200 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
-// TestThreeBrokerFaults runs the pipeline on a cluster of three combined
-// broker/controller nodes, every topic with three replicas and
-// min.insync.replicas=2, the relay's producer as it ships (acks=all,
-// idempotent), under a steady mix of likes, unlikes, views, orders and
-// payments through the API, and injects three faults one after the other:
+// TestThreeBrokerFaults is the soak on three brokers: the three binaries as
+// they ship (the relay's acks=all idempotent producer, its lease, poll and
+// retry intervals, the consumers' session: ShippedDefaults) on a cluster of
+// three combined broker/controller nodes, every topic with three replicas,
+// min.insync.replicas=2 and message.timestamp.type=LogAppendTime, under the
+// mixed API load (likes, unlikes, views, orders, payments) at SOAK_RATE
+// actions a second (1,000), with product-consumers SIGKILLed and restarted
+// every 2 s and the leading relay SIGKILLed once. The same run is made four
+// times, each on a pipeline of its own (database, topic prefix, processes)
+// on the one cluster:
 //
-//  1. SIGKILL of the leader of like-events' busiest partition, then its
-//     restart;
-//  2. SIGKILL of the active KRaft controller (as DescribeQuorum names it),
-//     then its restart;
-//  3. SIGSTOP of the leader of like-events' busiest partition until the
-//     controller has fenced it (its broker session, Kafka's default 9 s,
-//     ended without a heartbeat) and the relay has recovered without it,
-//     then SIGCONT.
+//  1. no broker fault;
+//  2. a broker SIGKILLed, then restarted;
+//  3. a broker shut down cleanly (SIGTERM: the step of a rolling restart),
+//     then restarted;
+//  4. the active KRaft controller (as DescribeQuorum names it) SIGKILLed,
+//     then restarted.
 //
-// After each fault the pipeline must recover with the node still down (two
-// in-sync replicas are enough), and before the next one the node must be
-// back in every partition's ISR and the pipeline caught up. At the end every
-// event of the outbox must be in its topic (none lost), the first copy of
-// each event of a key must come in sequence order (copies after it are
-// counted, not failed: the relay publishes at least once), and
-// product_metrics must equal the oracle of the domain tables exactly. The
-// recovery times are logged as a table.
+// Every run must end with every outbox event in Kafka (none lost, none in
+// outbox_failed or a dead-letter topic), the first copy of each event of a
+// key in sequence order, and product_metrics equal to the oracle of the
+// domain tables: these are asserted strictly. The run measures, and logs
+// as a table (soakTable), each event's delay from its commit to its append
+// (soak_test.go says how both ends are read), separately for the partitions
+// the fault touched (those the faulted node led when it was hit) and the
+// others; the time from a touched partition having a leader again to its
+// held rows appended; and the time from the last request to the aggregates
+// exact.
 //
-// Broker settings are Kafka's defaults (testenv.BrokerProps aside): the
-// broker session stays 9 s, so a dead or frozen broker's partitions move
-// when they would in production.
+// The issue's latency targets (missedTargets) are asserted only with
+// SOAK_ASSERT_TARGETS=1: the relay today stops every partition when one
+// send is slow (its ordered retry holds back every later row for the send
+// timeout plus the retry interval), so they fail until the relay, being
+// rewritten to meet them, holds back only the failing partition. Until then
+// they are logged, and the table is what to compare before and after.
 //
-//nolint:paralleltest // starts three broker JVMs and the service processes and measures recovery times: other tests' processes on the 2 shared cores would skew them and theirs
+// Sizes: SOAK_RATE, SOAK_SECONDS (each run's load, 30), SOAK_DOWN_SECONDS
+// (how long a faulted node stays down, 8), SOAK_WORKERS (the load's
+// concurrent clients, 48); the defaults keep the test within about five
+// minutes on two cores.
+//
+//nolint:paralleltest // starts three broker JVMs and the service processes under 1,000 actions a second and measures latencies: other tests' processes on the 2 shared cores would skew them and theirs
 func TestThreeBrokerFaults(t *testing.T) {
+	cfg := loadSoakConfig()
 	c := testenv.KafkaCluster(t, kafkabroker.Options{Nodes: 3})
 	keepBrokerLogs(t, c)
-	s := newSystemOn(t, kafkaSetup{Cluster: c, Replication: 3, Config: map[string]string{"min.insync.replicas": "2"}})
-	s.startRelay("relay-a")
-	s.startRelay("relay-b")
-	s.startConsumers()
+	var results []*soakResult
+	for i, fault := range soakFaults {
+		t.Run(fault.name, func(t *testing.T) {
+			results = append(results, soak(t, c, cfg, i, fault))
+		})
+	}
+	t.Log(soakTable(cfg, results))
+	if cfg.assertTargets {
+		for _, r := range results {
+			for _, miss := range r.missedTargets(cfg) {
+				t.Errorf("%s: %s", r.fault, miss)
+			}
+		}
+	}
+}
 
+// soakConfig sizes the soak.
+type soakConfig struct {
+	rate, workers int
+	load, down    time.Duration
+	assertTargets bool
+}
+
+func loadSoakConfig() soakConfig {
+	return soakConfig{
+		rate: envInt("SOAK_RATE", 1000), workers: envInt("SOAK_WORKERS", 48),
+		load: time.Duration(envInt("SOAK_SECONDS", 30)) * time.Second,
+		down: time.Duration(envInt("SOAK_DOWN_SECONDS", 8)) * time.Second,
+		// The opt-in to the issue's latency targets: see TestThreeBrokerFaults.
+		assertTargets: os.Getenv("SOAK_ASSERT_TARGETS") == "1",
+	}
+}
+
+// brokerFault is one run's broker fault: which node it hits and how.
+type brokerFault struct {
+	name string
+	// pick chooses the node among the running ones (nil: no fault).
+	pick func(t *testing.T, c *kafkabroker.Cluster) *kafkabroker.Node
+	// signal is how: SIGKILL (Kill) or SIGTERM (Stop, which waits for the
+	// controlled shutdown to end).
+	signal string
+}
+
+var soakFaults = []brokerFault{
+	{name: "no broker fault"},
+	{name: "broker SIGKILL", pick: brokerNotController, signal: "SIGKILL"},
+	{name: "broker SIGTERM", pick: brokerNotController, signal: "SIGTERM"},
+	{name: "controller SIGKILL", pick: controllerNode, signal: "SIGKILL"},
+}
+
+// brokerNotController picks the lowest node that is not the active
+// controller, so that the broker faults hit a broker alone and the
+// controller's run stays the only one that moves the quorum.
+func brokerNotController(t *testing.T, c *kafkabroker.Cluster) *kafkabroker.Node {
+	t.Helper()
+	ctl := controllerNode(t, c)
+	for _, n := range c.Nodes() {
+		if n != ctl {
+			return n
+		}
+	}
+	t.Fatal("no node besides the controller")
+	return nil
+}
+
+func controllerNode(t *testing.T, c *kafkabroker.Cluster) *kafkabroker.Node {
+	t.Helper()
+	id, err := activeController(liveAddrs(c))
+	if err != nil || id < 1 || int(id) > len(c.Nodes()) {
+		t.Fatalf("find the active controller: node %d, %v", id, err)
+	}
+	return c.Node(int(id))
+}
+
+// soak makes one run: a pipeline of its own on c, the load for cfg.load
+// with the consumers killed every 2 s, the fault at a sixth of it (the node
+// started again cfg.down later), the leading relay killed at three fifths;
+// then the checks and the measurements.
+func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault brokerFault) *soakResult {
+	t.Helper()
+	s := newSystemOn(t, kafkaSetup{
+		Cluster: c, Prefix: fmt.Sprintf("soak%d.", run+1), Replication: 3, ShippedDefaults: true,
+		Config: map[string]string{"min.insync.replicas": "2", "message.timestamp.type": "LogAppendTime"},
+	})
+	checkLogAppendTime(t, s)
+	relayA, adminA := s.startRelay("relay-a")
+	relayB, adminB := s.startRelay("relay-b")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, s.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	// 20 products: with fewer, a payment queues behind the others on its
+	// product's row lock past commerce-api's 3 s statement timeout (503)
+	// when the 2 cores are busy.
+	l := newLoad(t, s, 20, 50)
+	clock := watchCommits(t, s.dbURL)
+	stopKills := killConsumersEvery(s, 2*time.Second)
+	t.Cleanup(stopKills)
 
-	l := newLoad(t, s, 8, 12)
-	stopLoad := l.run(envInt("E2E_FAULTS_RATE", 60))
+	start := time.Now()
+	res := &soakResult{fault: fault.name, node: "–", start: start}
+	stopLoad := l.run(cfg.rate, cfg.workers)
 	t.Cleanup(stopLoad) // a failed test stops its load before its processes
-	f := &faultRun{t: t, s: s, c: c, conn: conn, load: l}
-
-	// The consumers join their groups and the first events go through:
-	// not a recovery, so not in the table.
-	f.await("warm-up", time.Now(), f.probe(), 2*time.Minute)
-	f.baseline()
-	f.killLeader()
-	f.killController()
-	f.pauseLeader()
-	f.logTable()
-
+	var hit *faultHit
+	if fault.pick != nil {
+		sleepUntil(start.Add(cfg.load / 6))
+		hit = injectFault(t, s, c, fault)
+		res.node = strconv.Itoa(hit.node.ID())
+		// Beside the run: a node slow to start must not push the relay's
+		// kill or the load's end back.
+		go hit.restart(t, hit.at.Add(cfg.down))
+		t.Cleanup(func() { <-hit.started }) // it logs: not after the test ended
+	}
+	sleepUntil(start.Add(cfg.load * 3 / 5))
+	rk := killLeadingRelay(t, conn, map[string]*stack.Proc{adminA: relayA, adminB: relayB})
+	sleepUntil(start.Add(cfg.load))
 	stopLoad()
-	mark := f.mark()
-	f.await("the last events", time.Now(), mark, 2*time.Minute)
+	last := time.Now()
+	stopKills() // a consumers process keeps running
+	res.actions = l.actions.Load()
+	res.rate = float64(res.actions) / last.Sub(start).Seconds()
+	t.Logf("%s: %d actions in %.1f s (%.0f/s, %d wanted)", fault.name, res.actions, last.Sub(start).Seconds(), res.rate, cfg.rate)
+	if t.Failed() {
+		t.FailNow() // the load's requests failed: what follows would only repeat it
+	}
+
+	want := l.oracle(t, conn)
+	got, exact := waitExact(t, conn, want, 3*time.Minute)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("product_metrics differ from the oracle 3 minutes after the last of %d actions (-want +got):\n%s", res.actions, diff)
+	}
+	res.exact = exact.Sub(last)
+	res.relay = rk.wait(t)
+	if hit != nil {
+		res.hit = hit.wait(t)
+		res.inSync = waitWhole(t, c, hit.restarted)
+	}
+	awaitPublished(t, conn, 2*time.Minute)
+	stamps := clock.stop(t)
+
 	var failed int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox_failed`).Scan(&failed); err != nil {
 		t.Fatal(err)
@@ -98,19 +227,363 @@ func TestThreeBrokerFaults(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d events in outbox_failed: the relay gave up on them, they are not in Kafka", failed)
 	}
-	want := l.oracle(t, conn)
-	if diff := cmp.Diff(want, waitMetrics(t, conn, want, time.Minute)); diff != "" {
-		t.Errorf("product_metrics differ from the oracle after %d actions (-want +got):\n%s", l.actions.Load(), diff)
+	first := checkKafka(t, conn, s, c, l.products)
+	res.measure(t, conn, stamps, first, hit)
+	t.Log(res.detail())
+	return res
+}
+
+// checkLogAppendTime fails the test unless every event topic of s has its
+// records stamped with their append: the soak's delays are read from it.
+func checkLogAppendTime(t *testing.T, s *system) {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(s.kafka.Brokers, adminConfig())
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.checkKafka()
-	if !t.Failed() {
-		t.Logf("%d actions, outbox ids up to %d: every event in Kafka, in order per key; aggregates equal the oracle for all %d products", l.actions.Load(), mark, len(l.products))
+	defer admin.Close()
+	var resources []*sarama.ConfigResource
+	for _, name := range events.NewRegistry().Topics() {
+		resources = append(resources, &sarama.ConfigResource{Type: sarama.TopicResource, Name: s.topic(name), ConfigNames: []string{"message.timestamp.type"}})
+	}
+	results, err := admin.DescribeConfigs(resources, sarama.DescribeConfigsOptions{})
+	if err != nil {
+		t.Fatalf("describe the topics' configuration: %v", err)
+	}
+	if len(results) != len(resources) {
+		t.Fatalf("described %d topics, want %d", len(results), len(resources))
+	}
+	for _, r := range results {
+		if r.ErrorCode != sarama.ErrNoError || len(r.Configs) != 1 || r.Configs[0].Value != "LogAppendTime" {
+			t.Fatalf("%s: message.timestamp.type %+v (%v %s), want LogAppendTime", r.Name, r.Configs, r.ErrorCode, r.ErrorMsg)
+		}
 	}
 }
 
-// load is the traffic of the fault test: users liking, unliking, viewing,
+// sleepUntil sleeps until at (not at all when it passed).
+func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
+
+// killConsumersEvery SIGKILLs product-consumers every period and starts it
+// again at once (its static group membership lets the new process take
+// the old one's partitions without waiting out a session), until the
+// returned function is called; a process is left running.
+func killConsumersEvery(s *system, period time.Duration) (stop func()) {
+	p := s.startConsumers()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			p.Kill()
+			p = s.startConsumers()
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// relayKill is the SIGKILL of the leading relay and the standby's takeover.
+type relayKill struct {
+	at       time.Time
+	done     chan struct{}
+	takeover time.Duration // from the kill until the standby reports leading
+	caughtUp time.Time     // when the cursor passed every row committed by the takeover
+	err      error
+}
+
+// killLeadingRelay SIGKILLs whichever of relays (by admin address) leads
+// and watches the other take the lease and catch up.
+func killLeadingRelay(t *testing.T, conn *pgx.Conn, relays map[string]*stack.Proc) *relayKill {
+	t.Helper()
+	var leader, standby string
+	for admin := range relays {
+		if isLeader(admin) {
+			leader = admin
+		} else {
+			standby = admin
+		}
+	}
+	if leader == "" || standby == "" {
+		t.Fatalf("relays %v: want one leading, one standing by", slices.Collect(maps.Keys(relays)))
+	}
+	rk := &relayKill{at: time.Now(), done: make(chan struct{})}
+	relays[leader].Kill()
+	t.Logf("relay %s killed at %s", leader, rk.at.Format(logTime))
+	// Its own connection: the test's is busy with the run's other queries.
+	watch, err := pgx.Connect(context.Background(), conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(rk.done)
+		defer watch.Close(context.Background())
+		for !isLeader(standby) {
+			if time.Since(rk.at) > time.Minute {
+				rk.err = fmt.Errorf("the standby relay %s did not lead within a minute of the kill", standby)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rk.takeover = time.Since(rk.at)
+		mark, err := maxOutboxID(watch)
+		for err == nil {
+			var cursor int64
+			var done bool
+			if cursor, done, err = publishedThrough(watch, mark); err == nil && done {
+				rk.caughtUp = time.Now()
+				return
+			}
+			if time.Since(rk.at) > 3*time.Minute {
+				err = fmt.Errorf("the cursor stands at %d, 3 minutes after the relay's kill, below %d", cursor, mark)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		rk.err = err
+	}()
+	return rk
+}
+
+// wait returns the kill's window: from the kill until the standby caught
+// up with what was committed when it took over.
+func (rk *relayKill) wait(t *testing.T) relayWindow {
+	t.Helper()
+	<-rk.done
+	if rk.err != nil {
+		t.Fatal(rk.err)
+	}
+	return relayWindow{at: rk.at, caughtUp: rk.caughtUp, takeover: rk.takeover}
+}
+
+// maxOutboxID is the highest outbox id: every event committed so far is at
+// or below it.
+func maxOutboxID(conn *pgx.Conn) (int64, error) {
+	var id int64
+	if err := conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("max outbox id: %w", err)
+	}
+	return id, nil
+}
+
+// publishedThrough reports whether the relay has handled every outbox row
+// up to mark: its cursor passed them and none of them is held (passed
+// unpublished, outbox_held); it returns the cursor too.
+func publishedThrough(conn *pgx.Conn, mark int64) (cursor int64, done bool, err error) {
+	err = conn.QueryRow(context.Background(), `
+		SELECT c.last_processed_id, c.last_processed_id >= $1 AND NOT EXISTS (SELECT 1 FROM outbox_held WHERE outbox_id <= $1)
+		FROM outbox_cursor c`, mark).Scan(&cursor, &done)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the relay's progress: %w", err)
+	}
+	return cursor, done, nil
+}
+
+// awaitPublished waits until the relay has handled every outbox row.
+func awaitPublished(t *testing.T, conn *pgx.Conn, limit time.Duration) {
+	t.Helper()
+	mark, err := maxOutboxID(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cursor int64
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var done bool
+		if cursor, done, err = publishedThrough(conn, mark); err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			return
+		}
+	}
+	t.Fatalf("the relay's cursor stands at %d, %s after the load, below the last outbox id %d or with rows held", cursor, limit, mark)
+}
+
+// waitExact polls product_metrics every 100 ms until it equals want or
+// limit passed; it returns the last reading and when it was taken.
+func waitExact(t *testing.T, conn *pgx.Conn, want map[int64]aggregate, limit time.Duration) (map[int64]aggregate, time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		at := time.Now()
+		got := readMetrics(t, conn, want)
+		if cmp.Equal(want, got) || time.Now().After(deadline) {
+			return got, at
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// faultHit is a broker fault under way: the node, when it was hit, the
+// partitions it led then (by the pipeline's topic name) with their leader
+// epochs, and when each had a leader again.
+type faultHit struct {
+	node      *kafkabroker.Node
+	signal    string
+	at        time.Time
+	prefix    string // of the pipeline's topics on the cluster
+	epochs    map[topicPartition]int32
+	restarted time.Time     // the node's start after the fault
+	answered  time.Duration // from that start until it answered
+	started   chan struct{} // closed when the restart ended
+	startErr  error
+	done      chan struct{} // closed when the watch ended
+	back      map[topicPartition]time.Time
+	err       error
+}
+
+// topicPartition names a partition by the pipeline's topic name.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// injectFault hits the node fault picks, after noting the partitions of
+// s's event topics it leads, and watches them get a leader again.
+func injectFault(t *testing.T, s *system, c *kafkabroker.Cluster, fault brokerFault) *faultHit {
+	t.Helper()
+	n := fault.pick(t, c)
+	md, err := liveMetadata(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &faultHit{node: n, signal: fault.signal, prefix: s.kafka.Prefix, epochs: map[topicPartition]int32{}, back: map[topicPartition]time.Time{}, started: make(chan struct{}), done: make(chan struct{})}
+	// The event topics only: their dead-letter and parked topics get no
+	// records in the soak.
+	eventTopics := events.NewRegistry().Topics()
+	for _, topic := range md.Topics {
+		name, ok := strings.CutPrefix(topic.Name, s.kafka.Prefix)
+		if !ok || !slices.Contains(eventTopics, name) {
+			continue
+		}
+		for _, p := range topic.Partitions {
+			if int(p.Leader) == n.ID() {
+				h.epochs[topicPartition{name, p.ID}] = p.LeaderEpoch
+			}
+		}
+	}
+	if len(h.epochs) == 0 {
+		t.Fatalf("node %d leads no partition of the pipeline's event topics", n.ID())
+	}
+	h.at = time.Now()
+	go h.watch(c)
+	switch fault.signal {
+	case "SIGKILL":
+		err = n.Kill()
+	case "SIGTERM":
+		err = n.Stop() // returns once the controlled shutdown ended
+	default:
+		err = fmt.Errorf("no such fault signal %q", fault.signal)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: node %d, leading %d partitions of the pipeline's event topics, hit at %s, down at %s", fault.signal, n.ID(), len(h.epochs), h.at.Format(logTime), time.Now().Format(logTime))
+	return h
+}
+
+// watch asks the running nodes for the metadata every 100 ms until every
+// partition the node led has a leader of a later epoch: a new leader, or
+// the node again after its restart.
+func (h *faultHit) watch(c *kafkabroker.Cluster) {
+	defer close(h.done)
+	for time.Since(h.at) < 2*time.Minute {
+		for _, md := range everyNodesMetadata(c) {
+			at := time.Now()
+			for _, topic := range md.Topics {
+				for _, p := range topic.Partitions {
+					for tp, epoch := range h.epochs {
+						if _, seen := h.back[tp]; !seen && topic.Name == h.prefix+tp.topic && p.ID == tp.partition && p.Leader >= 0 && p.LeaderEpoch > epoch {
+							h.back[tp] = at
+						}
+					}
+				}
+			}
+		}
+		if len(h.back) == len(h.epochs) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.err = fmt.Errorf("node %d's partitions without a new leader 2 minutes after the fault: %d of %d", h.node.ID(), len(h.epochs)-len(h.back), len(h.epochs))
+}
+
+// everyNodesMetadata asks each running node at once for its own view: a
+// node that shuts down may answer late or not at all, and a newer leader
+// epoch seen by any node is the cluster's.
+func everyNodesMetadata(c *kafkabroker.Cluster) []*sarama.MetadataResponse {
+	addrs := liveAddrs(c)
+	out := make([]*sarama.MetadataResponse, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Go(func() {
+			if md, err := metadataFrom(addr); err == nil {
+				out[i] = md
+			}
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(out, func(md *sarama.MetadataResponse) bool { return md == nil })
+}
+
+// restart starts the node again at at and waits until it answers; wait
+// reports its failure.
+func (h *faultHit) restart(t *testing.T, at time.Time) {
+	defer close(h.started)
+	sleepUntil(at)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h.restarted = time.Now()
+	if err := h.node.Start(ctx); err != nil {
+		h.startErr = fmt.Errorf("restart node %d: %w", h.node.ID(), err)
+		return
+	}
+	h.answered = time.Since(h.restarted)
+	t.Logf("node %d started again at %s, answers after %.1f s", h.node.ID(), h.restarted.Format(logTime), h.answered.Seconds())
+}
+
+// wait returns the fault once its node was started again and its
+// partitions have a leader again.
+func (h *faultHit) wait(t *testing.T) *faultHit {
+	t.Helper()
+	<-h.started
+	<-h.done
+	if err := errors.Join(h.startErr, h.err); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// waitWhole waits until the metadata lists all the nodes and every
+// partition of every topic has all its replicas in sync, and returns how
+// long that took from since.
+func waitWhole(t *testing.T, c *kafkabroker.Cluster, since time.Time) time.Duration {
+	t.Helper()
+	var last string
+	for time.Since(since) < 3*time.Minute {
+		md, err := liveMetadata(c)
+		if err == nil {
+			last = outOfSync(md, len(c.Nodes()))
+			if last == "" {
+				return time.Since(since)
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the cluster is not whole 3 minutes after the node started again: %s", last)
+	return 0
+}
+
+// load is the traffic of the soak: users liking, unliking, viewing,
 // ordering and paying for a handful of products, the mix of TestScenario,
-// paced, for as long as the faults take.
+// paced, for as long as a run takes.
 type load struct {
 	s        *system
 	products []int64
@@ -138,13 +611,15 @@ func newLoad(t *testing.T, s *system, n, users int) *load {
 	return l
 }
 
-// run sends rate actions a second from 8 workers until the returned
-// function is called; it returns once they stopped and may be called again.
-func (l *load) run(rate int) (stop func()) {
+// run sends up to rate actions a second from workers concurrent clients
+// (fewer when the API answers too slowly for them: a tick no worker takes is
+// dropped) until the returned function is called; it returns once they
+// stopped and may be called again.
+func (l *load) run(rate, workers int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pace := time.NewTicker(time.Second / time.Duration(rate))
 	var wg sync.WaitGroup
-	for w := range 8 {
+	for w := range workers {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(7, uint64(w)))
 			for {
@@ -216,332 +691,9 @@ func (l *load) oracle(t *testing.T, conn *pgx.Conn) map[int64]aggregate {
 	return want
 }
 
-// faultRun injects the faults and keeps their recovery times.
-type faultRun struct {
-	t      *testing.T
-	s      *system
-	c      *kafkabroker.Cluster
-	conn   *pgx.Conn
-	load   *load
-	probes int
-	rows   []recoveryRow
-}
-
-// recoveryRow is one line of the recovery table. Every duration is measured
-// from the fault's signal except restart (from the restarted node's start
-// to its answering a metadata request that lists it) and inSync (from that
-// start, or the SIGCONT, to every replica of every partition being in its
-// ISR again).
-type recoveryRow struct {
-	fault, node        string
-	published, applied time.Duration
-	restart, inSync    time.Duration
-	note               string
-}
-
-// The groups whose idempotency records show that an event reached the
-// aggregates (the records carry the groups' own names, never a prefix).
-const (
-	viewGroup  = "product-view-consumer"
-	orderGroup = "product-order-consumer"
-)
-
-// unappliedSQL counts the outbox's events up to $1 that have not reached
-// the aggregates yet: a view or a payment has no idempotency record, a like
-// or cancel is not in product_like_state and no later change of the same
-// user and product is either. stock.depleted only evicts the page cache and
-// is not counted.
-const unappliedSQL = `
-	SELECT count(*) FROM outbox o
-	WHERE o.id <= $1 AND CASE
-		WHEN o.event_type IN ('loopers.like.created.v1', 'loopers.like.canceled.v1') THEN NOT EXISTS (
-			SELECT 1 FROM product_like_state s
-			WHERE s.user_id = o.payload::jsonb->>'userId' AND s.product_id = o.aggregate_id::bigint
-			  AND s.sequence >= coalesce(o.sequence, o.id))
-		WHEN o.event_type = 'loopers.product.viewed.v1' THEN NOT EXISTS (
-			SELECT 1 FROM event_handled h WHERE h.idempotency_key = '` + viewGroup + `:' || o.event_id)
-		WHEN o.event_type = 'loopers.order.paid.v1' THEN NOT EXISTS (
-			SELECT 1 FROM event_handled h WHERE h.idempotency_key = '` + orderGroup + `:' || o.event_id)
-		ELSE false
-	END`
-
-// mark returns the highest outbox id: every event committed so far is at or
-// below it.
-func (f *faultRun) mark() int64 {
-	f.t.Helper()
-	var id int64
-	if err := f.conn.QueryRow(context.Background(), `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&id); err != nil {
-		f.t.Fatal(err)
-	}
-	return id
-}
-
-// probe likes every product as a user of its own, so that events are
-// written right after a fault on every partition of like-events (the
-// products' keys cover them all: checkKafka checks), and returns the mark
-// above them.
-func (f *faultRun) probe() int64 {
-	f.probes++
-	user := "probe-" + strconv.Itoa(f.probes)
-	var wg sync.WaitGroup
-	for _, id := range f.load.products {
-		wg.Go(func() {
-			f.s.expect(f.s.call("POST", "/products/"+strconv.FormatInt(id, 10)+"/likes", user, nil, nil), http.StatusOK)
-		})
-	}
-	wg.Wait()
-	return f.mark()
-}
-
-// progress watches the events up to mark go through the pipeline.
-//
-// A fault's recovery is measured from its signal: right after it, the test
-// writes probe events (probe) and takes the mark, the highest outbox id,
-// so the events watched are those committed up to just after the fault.
-// published is when the relay's cursor passed the mark (every one of them
-// acknowledged by the in-sync replicas, or given up to outbox_failed, which
-// the test fails at the end); applied is when every one of them had reached
-// the aggregates (unappliedSQL). Each is the start of the first poll (every
-// 100 ms) whose statement saw it.
-type progress struct {
-	f                  *faultRun
-	since              time.Time
-	mark               int64
-	published, applied time.Duration // zero until reached
-	cursor, unapplied  int64         // as last seen
-}
-
-func (f *faultRun) watch(since time.Time, mark int64) *progress {
-	return &progress{f: f, since: since, mark: mark}
-}
-
-// poll reads the pipeline's progress once and reports whether both
-// moments were reached.
-func (p *progress) poll() bool {
-	ctx := context.Background()
-	at := time.Since(p.since)
-	if p.published == 0 {
-		if err := p.f.conn.QueryRow(ctx, `SELECT last_processed_id FROM outbox_cursor`).Scan(&p.cursor); err != nil {
-			p.f.t.Fatal(err)
-		}
-		if p.cursor >= p.mark {
-			p.published = at
-		}
-	}
-	if p.applied == 0 {
-		at := time.Since(p.since)
-		if err := p.f.conn.QueryRow(ctx, unappliedSQL, p.mark).Scan(&p.unapplied); err != nil {
-			p.f.t.Fatal(err)
-		}
-		if p.unapplied == 0 {
-			p.applied = at
-		}
-	}
-	return p.published > 0 && p.applied > 0
-}
-
-// until polls until both moments were reached (true) or deadline passed.
-func (p *progress) until(deadline time.Time) bool {
-	for !p.poll() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
-}
-
-func (p *progress) String() string {
-	return fmt.Sprintf("mark %d: cursor %d, %d events up to it not applied", p.mark, p.cursor, p.unapplied)
-}
-
-// await waits until the events up to mark are published and applied,
-// failing the test after limit.
-func (f *faultRun) await(what string, since time.Time, mark int64, limit time.Duration) *progress {
-	f.t.Helper()
-	p := f.watch(since, mark)
-	if !p.until(since.Add(limit)) {
-		f.t.Fatalf("%s: the pipeline did not catch up within %s: %s", what, limit, p)
-	}
-	return p
-}
-
-// baseline is the table's first row: the same measurement with no fault.
-func (f *faultRun) baseline() {
-	at := time.Now()
-	p := f.await("baseline", at, f.probe(), time.Minute)
-	f.rows = append(f.rows, recoveryRow{fault: "none (baseline)", node: "–", published: p.published, applied: p.applied})
-}
-
-// killLeader is fault 1: SIGKILL of the node leading the partition of
-// like-events that holds the most records, then its restart.
-func (f *faultRun) killLeader() {
-	t := f.t
-	topic := f.s.topic("like-events")
-	partition, leader := f.busiestLeader(topic)
-	row := recoveryRow{fault: fmt.Sprintf("SIGKILL leader of like-events/%d", partition), node: strconv.Itoa(leader)}
-	if ctl, err := activeController(f.liveAddrs(nil)); err == nil && int(ctl) == leader {
-		row.note = "also the active controller"
-	}
-	n := f.c.Node(leader)
-	at := time.Now()
-	if err := n.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: node %d killed at %s", row.fault, leader, at.Format(logTime))
-	p := f.await(row.fault, at, f.probe(), 2*time.Minute)
-	row.published, row.applied = p.published, p.applied
-	f.restart(n, &row)
-	f.rows = append(f.rows, row)
-}
-
-// killController is fault 2: SIGKILL of the active controller, then its
-// restart. The note says which node the quorum elected and when it could
-// be seen.
-func (f *faultRun) killController() {
-	t := f.t
-	ctl, err := activeController(f.liveAddrs(nil))
-	if err != nil || ctl < 1 || int(ctl) > len(f.c.Nodes()) {
-		t.Fatalf("find the active controller: node %d, %v", ctl, err)
-	}
-	row := recoveryRow{fault: "SIGKILL active controller", node: strconv.Itoa(int(ctl))}
-	n := f.c.Node(int(ctl))
-	at := time.Now()
-	if err := n.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: node %d killed at %s", row.fault, ctl, at.Format(logTime))
-	// The new election is watched beside the pipeline, so that neither
-	// delays the other's measurement.
-	elected := make(chan string, 1)
-	go func() {
-		for {
-			id, err := activeController(f.liveAddrs(n))
-			if err == nil && id >= 0 && id != ctl {
-				elected <- fmt.Sprintf("node %d elected controller within %s", id, time.Since(at).Round(100*time.Millisecond))
-				return
-			}
-			if time.Since(at) > time.Minute {
-				elected <- fmt.Sprintf("no new controller within a minute (last: %d, %v)", id, err)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
-	p := f.await(row.fault, at, f.probe(), 2*time.Minute)
-	row.published, row.applied = p.published, p.applied
-	row.note = <-elected
-	if strings.HasPrefix(row.note, "no new controller") {
-		t.Error(row.note)
-	}
-	f.restart(n, &row)
-	f.rows = append(f.rows, row)
-}
-
-// pauseLeader is fault 3: SIGSTOP of the node leading like-events'
-// busiest partition. It stays stopped until the controller has fenced it
-// (the other nodes' metadata no longer lists it: its broker session ended
-// without a heartbeat) and the relay has published past the mark without
-// it (or 30 s more), as a machine that hangs for a while, and is then
-// continued (SIGCONT). Recovery counts from the SIGSTOP; the note says
-// which side recovered while the node was stopped.
-func (f *faultRun) pauseLeader() {
-	t := f.t
-	topic := f.s.topic("like-events")
-	partition, leader := f.busiestLeader(topic)
-	n := f.c.Node(leader)
-	row := recoveryRow{node: strconv.Itoa(leader)}
-	at := time.Now()
-	if err := n.Pause(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Resume() }) // a failed test must not leave it stopped for the cleanups
-	t.Logf("SIGSTOP: node %d, leader of like-events/%d, stopped at %s", leader, partition, at.Format(logTime))
-	fenced := make(chan time.Duration, 1)
-	go func() {
-		for time.Since(at) < time.Minute {
-			if md, err := f.liveMetadata(n); err == nil && !slices.ContainsFunc(md.Brokers, func(b *sarama.Broker) bool { return int(b.ID()) == leader }) {
-				fenced <- time.Since(at)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		fenced <- 0
-	}()
-	p := f.watch(at, f.probe())
-	fence := <-fenced
-	if fence == 0 {
-		t.Fatalf("node %d stopped for a minute and still listed by the others: the controller did not fence it", leader)
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if p.poll(); p.published != 0 {
-			break
-		}
-	}
-	relayStopped, consumersStopped := p.published != 0, p.applied != 0
-	if err := n.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	resumed := time.Now()
-	t.Logf("SIGCONT: node %d continued at %s", leader, resumed.Format(logTime))
-	if !p.until(resumed.Add(2 * time.Minute)) {
-		t.Fatalf("SIGSTOP: the pipeline did not catch up within 2 minutes of SIGCONT: %s", p)
-	}
-	row.fault = fmt.Sprintf("SIGSTOP %.1f s, leader of like-events/%d", resumed.Sub(at).Seconds(), partition)
-	row.published, row.applied = p.published, p.applied
-	row.note = fmt.Sprintf("fenced after %.1f s; relay recovered %s, consumers %s", fence.Seconds(), whileStopped(relayStopped), whileStopped(consumersStopped))
-	f.waitInSync(resumed, &row)
-	f.settle()
-	f.rows = append(f.rows, row)
-}
-
-func whileStopped(yes bool) string {
-	if yes {
-		return "while it was stopped"
-	}
-	return "only after SIGCONT"
-}
-
 // logTime is how the test logs the moments of its faults, to be found in
 // the services' and brokers' logs (UTC there).
 const logTime = "15:04:05.000Z07:00"
-
-// restart starts n again, waits until it is back in every ISR and the
-// pipeline caught up, and notes how long the node took.
-func (f *faultRun) restart(n *kafkabroker.Node, row *recoveryRow) {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
-	if err := n.Start(ctx); err != nil {
-		f.t.Fatalf("restart node %d: %v", n.ID(), err)
-	}
-	row.restart = time.Since(start)
-	f.t.Logf("node %d answers again at %s", n.ID(), time.Now().Format(logTime))
-	f.waitInSync(start, row)
-	f.settle()
-}
-
-// waitInSync waits until the metadata lists all three nodes and every
-// partition of every topic has all its replicas in sync.
-func (f *faultRun) waitInSync(start time.Time, row *recoveryRow) {
-	f.t.Helper()
-	var last string
-	for time.Since(start) < 2*time.Minute {
-		md, err := f.liveMetadata(nil)
-		if err == nil {
-			last = outOfSync(md, len(f.c.Nodes()))
-			if last == "" {
-				row.inSync = time.Since(start)
-				return
-			}
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.t.Fatalf("the cluster is not whole 2 minutes after node %s started again: %s", row.node, last)
-}
 
 // outOfSync describes what keeps the cluster from being whole, "" when
 // nothing does.
@@ -562,30 +714,23 @@ func outOfSync(md *sarama.MetadataResponse, nodes int) string {
 	return ""
 }
 
-// settle lets the pipeline catch up with what was written up to now, so
-// that the next fault starts from a pipeline at work, not one recovering.
-func (f *faultRun) settle() {
-	f.t.Helper()
-	f.await("catching up between faults", time.Now(), f.mark(), 2*time.Minute)
-}
-
-// liveAddrs are the addresses of the nodes running, except skip.
-func (f *faultRun) liveAddrs(skip *kafkabroker.Node) []string {
+// liveAddrs are the addresses of c's nodes that are running.
+func liveAddrs(c *kafkabroker.Cluster) []string {
 	var out []string
-	for _, n := range f.c.Nodes() {
-		if n.Running() && n != skip {
+	for _, n := range c.Nodes() {
+		if n.Running() {
 			out = append(out, n.Addr(kafkabroker.PlainListener))
 		}
 	}
 	return out
 }
 
-// liveMetadata asks the running nodes but skip, one at a time, for the
-// metadata of every topic, and returns the first answer. A stopped node is
-// never asked: it would answer nothing until its read timeout.
-func (f *faultRun) liveMetadata(skip *kafkabroker.Node) (*sarama.MetadataResponse, error) {
+// liveMetadata asks the running nodes, one at a time, for the metadata of
+// every topic, and returns the first answer. A stopped node is never asked:
+// it would answer nothing until its read timeout.
+func liveMetadata(c *kafkabroker.Cluster) (*sarama.MetadataResponse, error) {
 	var errs []error
-	for _, addr := range f.liveAddrs(skip) {
+	for _, addr := range liveAddrs(c) {
 		md, err := metadataFrom(addr)
 		if err == nil {
 			return md, nil
@@ -609,37 +754,6 @@ func metadataFrom(addr string) (*sarama.MetadataResponse, error) {
 		return nil, fmt.Errorf("%s: metadata: %w", addr, err)
 	}
 	return md, nil
-}
-
-// busiestLeader finds topic's partition holding the most records and the
-// node leading it.
-func (f *faultRun) busiestLeader(topic string) (partition int32, node int) {
-	t := f.t
-	t.Helper()
-	client, err := sarama.NewClient(f.liveAddrs(nil), adminConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	most := int64(-1)
-	for _, p := range parts {
-		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if end > most {
-			most, partition = end, p
-		}
-	}
-	leader, err := client.Leader(topic, partition)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return partition, int(leader.ID())
 }
 
 // activeController asks the nodes at addrs which node leads the KRaft
@@ -676,40 +790,23 @@ func activeController(addrs []string) (int32, error) {
 	return p.LeaderID, nil
 }
 
-// logTable logs the recovery table, in the form the README takes.
-func (f *faultRun) logTable() {
-	d := func(v time.Duration) string {
-		if v == 0 {
-			return "–"
-		}
-		return fmt.Sprintf("%.1f s", v.Seconds())
-	}
-	var b strings.Builder
-	b.WriteString("recovery: published/applied = from the fault's signal until every event committed up to just after it was published (relay cursor) / applied to the aggregates; restart = node start until it answers; in sync = node start (SIGCONT) until every replica is in its ISR\n")
-	b.WriteString("| fault | node | published | applied | restart | in sync | note |\n|---|---|---|---|---|---|---|\n")
-	for _, r := range f.rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.fault, r.node, d(r.published), d(r.applied), d(r.restart), d(r.inSync), r.note)
-	}
-	f.t.Log(b.String())
-}
-
 // record is one event record read back from Kafka.
 type record struct {
 	partition int32
 	offset    int64
 	key, id   string
 	sequence  int64
-	appended  time.Time // the record's timestamp: when the producer took it
+	appended  time.Time // the record's timestamp: the leader's append on a LogAppendTime topic, else the producer's
 	deadError string    // a dead letter's pcon.HeaderError
 }
 
-// checkKafka reads every event topic back and checks it against the
+// checkKafka reads every event topic of s back and checks it against the
 // outbox: every event is there (on its aggregate's key, with its
 // sequence), and per key the first copies of the events come in sequence
 // order. Later copies are counted and logged. The dead-letter topics must
-// be empty: no broker fault may cost an event its processing.
-func (f *faultRun) checkKafka() {
-	t := f.t
+// be empty: no broker fault may cost an event its processing. It returns
+// the first copies, by the pipeline's topic name and event id.
+func checkKafka(t *testing.T, conn *pgx.Conn, s *system, c *kafkabroker.Cluster, products []int64) map[string]map[string]record {
 	t.Helper()
 	ctx := context.Background()
 	type row struct {
@@ -717,7 +814,7 @@ func (f *faultRun) checkKafka() {
 		EventID, Type, Agg string
 		Sequence           int64
 	}
-	rows, err := f.conn.Query(ctx, `SELECT id, event_id::text, event_type, aggregate_id, coalesce(sequence, id) FROM outbox ORDER BY id`)
+	rows, err := conn.Query(ctx, `SELECT id, event_id::text, event_type, aggregate_id, coalesce(sequence, id) FROM outbox ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -730,20 +827,20 @@ func (f *faultRun) checkKafka() {
 		inOutbox[r.EventID] = true
 	}
 
-	client, err := sarama.NewClient(f.s.kafka.Brokers, adminConfig())
+	client, err := sarama.NewClient(s.kafka.Brokers, adminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
 	first := map[string]map[string]record{} // topic → event id → first copy
-	probePartitions := map[int32]bool{}
-	probeKeys := map[string]bool{}
-	for _, id := range f.load.products {
-		probeKeys[strconv.FormatInt(id, 10)] = true
+	productPartitions := map[int32]bool{}
+	productKeys := map[string]bool{}
+	for _, id := range products {
+		productKeys[strconv.FormatInt(id, 10)] = true
 	}
 	var summary []string
 	for _, name := range events.NewRegistry().Topics() {
-		topic := f.s.topic(name)
+		topic := s.topic(name)
 		recs := readAllRecords(t, client, topic)
 		first[name] = map[string]record{}
 		last := map[string]record{}       // key → latest first copy
@@ -770,23 +867,23 @@ func (f *faultRun) checkKafka() {
 				}
 			}
 			last[r.key] = r
-			if name == "like-events" && probeKeys[r.key] {
-				probePartitions[r.partition] = true
+			if name == "like-events" && productKeys[r.key] {
+				productPartitions[r.partition] = true
 			}
 		}
 		if reordered > 0 {
-			t.Errorf("%s: %d events out of sequence order on their key (broker logs: %s)", topic, reordered, f.c.Dir())
+			t.Errorf("%s: %d events out of sequence order on their key (broker logs: %s)", topic, reordered, c.Dir())
 		}
 		summary = append(summary, fmt.Sprintf("%s: %d records, %d events, %d duplicates", name, len(recs), len(first[name]), dups))
 
-		dlt := readAllRecords(t, client, f.s.topic(events.DLTOf(name)))
+		dlt := readAllRecords(t, client, s.topic(events.DLTOf(name)))
 		for _, r := range dlt {
 			t.Errorf("%s: event %s (key %s) was dead-lettered: %s", events.DLTOf(name), r.id, r.key, r.deadError)
 		}
 	}
 	t.Logf("read back: %s", strings.Join(summary, "; "))
-	if len(probePartitions) != 3 {
-		t.Errorf("the products' likes went to like-events partitions %v only: the probes after each fault must cover all 3", probePartitions)
+	if len(productPartitions) != 3 {
+		t.Errorf("the products' likes went to like-events partitions %v only: the load must reach all 3, or a fault's partitions may have had no traffic", productPartitions)
 	}
 
 	lost := 0
@@ -801,15 +898,16 @@ func (f *faultRun) checkKafka() {
 		case !ok:
 			lost++
 			if lost <= 20 {
-				t.Errorf("lost: outbox row %d, event %s (%s, key %s) is not in %s", r.ID, r.EventID, r.Type, r.Agg, f.s.topic(topic))
+				t.Errorf("lost: outbox row %d, event %s (%s, key %s) is not in %s", r.ID, r.EventID, r.Type, r.Agg, s.topic(topic))
 			}
 		case got.key != r.Agg || got.sequence != r.Sequence:
-			t.Errorf("%s/%d@%d: event %s has key %s and sequence %d, the outbox says %s and %d", f.s.topic(topic), got.partition, got.offset, r.EventID, got.key, got.sequence, r.Agg, r.Sequence)
+			t.Errorf("%s/%d@%d: event %s has key %s and sequence %d, the outbox says %s and %d", s.topic(topic), got.partition, got.offset, r.EventID, got.key, got.sequence, r.Agg, r.Sequence)
 		}
 	}
 	if lost > 0 {
-		t.Errorf("%d of %d outbox events are not in Kafka (broker logs: %s)", lost, len(outbox), f.c.Dir())
+		t.Errorf("%d of %d outbox events are not in Kafka (broker logs: %s)", lost, len(outbox), c.Dir())
 	}
+	return first
 }
 
 // readAllRecords reads topic from its first to its last offset, as they

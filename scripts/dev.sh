@@ -5,12 +5,18 @@
 # topic, the migrations, and the three services. KAFKA chooses the broker:
 # embedded (the default: kfake, in memory, no JDK) or real (Apache Kafka's
 # own broker, a JVM keeping its log in .dev/kafka across runs; a JDK and
-# Maven are installed when missing). Ctrl-C or SIGTERM stops every process it
-# started: the services, then the broker; a PostgreSQL cluster or Redis it
-# had to start keeps running (they are the machine's own, shared with the
-# tests). DEV_RELAYS and DEV_CONSUMERS (2 each) set how many relays (one
-# leads, the others stand by) and product-consumers instances (they share
-# the groups' partitions) run.
+# Maven are installed when missing). Ctrl-C, SIGTERM or SIGHUP, to the script
+# or to its process group, stops every process it started: the services,
+# then the broker, each given STOP_TIMEOUT seconds before it is killed; and
+# each runs through devrun (internal/lifeline), which sends it SIGTERM when
+# the script ends in any other way, SIGKILL included. A PostgreSQL cluster or
+# Redis it had to start keeps running (they are the machine's own, shared
+# with the tests). DEV_RELAYS and DEV_CONSUMERS (2 each) set how many relays
+# (one leads, the others stand by) and product-consumers instances (they
+# share the groups' partitions) run. DEV_STATE (.dev) is where the binaries,
+# the logs and the real broker's data go; DEV_API_ADDR, DEV_API_ADMIN_ADDR,
+# DEV_RELAY_ADMIN_ADDR, DEV_CONSUMERS_ADMIN_ADDR and DEV_KAFKA_PORT move the
+# listeners off their defaults below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -22,14 +28,15 @@ case "$KAFKA" in
   *) die "KAFKA must be real or embedded, got \"$KAFKA\"" ;;
 esac
 
-API_ADDR=127.0.0.1:8080
-API_ADMIN=127.0.0.1:8090
-RELAY_ADMIN=127.0.0.1:8081
-CONSUMERS_ADMIN=127.0.0.1:8082
+API_ADDR=${DEV_API_ADDR:-127.0.0.1:8080}
+API_ADMIN=${DEV_API_ADMIN_ADDR:-127.0.0.1:8090}
+RELAY_ADMIN=${DEV_RELAY_ADMIN_ADDR:-127.0.0.1:8081}
+CONSUMERS_ADMIN=${DEV_CONSUMERS_ADMIN_ADDR:-127.0.0.1:8082}
 RELAYS=${DEV_RELAYS:-2}
 CONSUMERS=${DEV_CONSUMERS:-2}
-KAFKA_PORT=9092
-STATE=.dev
+KAFKA_PORT=${DEV_KAFKA_PORT:-9092}
+STATE=${DEV_STATE:-.dev}
+STOP_TIMEOUT=15
 mkdir -p "$STATE/bin" "$STATE/logs"
 
 if [ -n "${DATABASE_URL:-}" ]; then
@@ -46,33 +53,66 @@ redis_url=${REDIS_URL:-}
 if [ -z "$redis_url" ]; then redis_url=$(local_redis); fi
 
 log "building"
-go build -o "$STATE/bin/" ./cmd/devkafka ./cmd/migrate ./services/commerce-api ./services/outbox-relay ./services/product-consumers
+go build -o "$STATE/bin/" ./cmd/devrun ./cmd/devkafka ./cmd/migrate ./services/commerce-api ./services/outbox-relay ./services/product-consumers
 
 log "migrating $db_url"
 DATABASE_URL=$db_url "$STATE/bin/migrate" 2>>"$STATE/logs/migrate.log"
 
 pids=()      # the services
 kafka_pid="" # the broker, stopped last: the services leave their groups and flush on the way out
-stop_all() {
-  trap - EXIT INT TERM
-  if [ ${#pids[@]} -gt 0 ] || [ -n "$kafka_pid" ]; then log "stopping"; fi
-  if [ ${#pids[@]} -gt 0 ]; then
-    kill -TERM "${pids[@]}" 2>/dev/null || true
-    wait "${pids[@]}" 2>/dev/null || true
+
+# running: whether any of the pids (children of this script) still runs; an
+# exited child stays a zombie until it is waited for, and kill -0 still
+# finds that.
+running() {
+  local p st
+  for p; do
+    st=$(ps -o stat= -p "$p" 2>/dev/null) || continue
+    case "$st" in Z*) ;; *) return 0 ;; esac
+  done
+  return 1
+}
+
+# stop: SIGTERM to the pids, SIGKILL to those still running STOP_TIMEOUT
+# seconds later, and reap them.
+stop() {
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null
+  local deadline=$(( SECONDS + STOP_TIMEOUT ))
+  while running "$@" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.1; done
+  if running "$@"; then
+    log "still running after ${STOP_TIMEOUT}s, killed: $*"
+    kill -KILL "$@" 2>/dev/null
   fi
-  if [ -n "$kafka_pid" ]; then
-    kill -TERM "$kafka_pid" 2>/dev/null || true
-    wait "$kafka_pid" 2>/dev/null || true
+  wait "$@" 2>/dev/null
+}
+
+# stop_all runs once, on the way out, whatever the way: no further signal
+# may cut it short (a closing terminal sends SIGHUP, and a supervisor may
+# follow its SIGTERM with another), and a log line that cannot be written
+# (the terminal or the pipe reading stderr is gone) must not stop it
+# either: it kills first and logs after, with errors ignored.
+stop_all() {
+  trap '' INT TERM HUP PIPE
+  trap - EXIT
+  set +e
+  if [ ${#pids[@]} -gt 0 ] || [ -n "$kafka_pid" ]; then
+    stop "${pids[@]}"
+    stop ${kafka_pid:+"$kafka_pid"}
+    log "stopped"
   fi
 }
 trap stop_all EXIT
-trap 'exit 130' INT TERM HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 # Every process starts in a session of its own (setsid), out of reach of the
-# terminal's Ctrl-C: this script alone stops them, in order.
+# terminal's Ctrl-C and its hangup: this script alone stops them, in order.
+# devrun stops each when this script ends without stopping them (SIGKILL).
 start() { # name, then env assignments and the command
   local name=$1; shift
-  setsid env "$@" >>"$STATE/logs/$name.log" 2>&1 &
+  setsid "$STATE/bin/devrun" -parent $$ env "$@" >>"$STATE/logs/$name.log" 2>&1 &
   pids+=($!)
 }
 
@@ -94,12 +134,12 @@ kafka_from=$(( $(wc -c <"$kafka_log") + 1 ))
 if [ "$KAFKA" = real ]; then
   log "starting Apache Kafka (a few seconds; the first run resolves its jars from Maven Central); log: $kafka_log"
 fi
-setsid "$STATE/bin/devkafka" -kafka "$KAFKA" -port "$KAFKA_PORT" >>"$kafka_log" 2>&1 &
+setsid "$STATE/bin/devrun" -parent $$ "$STATE/bin/devkafka" -kafka "$KAFKA" -port "$KAFKA_PORT" -dir "$STATE/kafka" >>"$kafka_log" 2>&1 &
 kafka_pid=$!
 # kafkabroker gives up after 2 minutes; resolving the jars comes first.
 deadline=$(( SECONDS + 600 ))
 until tail -c "+$kafka_from" "$kafka_log" | grep -qF '"msg":"Kafka broker ready"'; do
-  if ! kill -0 "$kafka_pid" 2>/dev/null; then
+  if ! running "$kafka_pid"; then
     wait "$kafka_pid" 2>/dev/null || true
     kafka_pid=""
     tail -c "+$kafka_from" "$kafka_log" | tail -n 20 >&2

@@ -123,3 +123,24 @@ kafka_jars() {
   (cd "$(dirname "${BASH_SOURCE[0]}")/.." && go run ./scripts/kafkajars >/dev/null) ||
     die "could not resolve Apache Kafka's jars (see the error above)"
 }
+
+# The Schemathesis release the API's contract test runs (TestSchemathesis in
+# services/commerce-api/internal/app), from PyPI, in a virtual environment
+# of its own under the user's cache.
+SCHEMATHESIS_VERSION=4.32.5
+
+# schemathesis_cli installs Schemathesis once (python3 -m venv, then pip)
+# and prints the path of its CLI.
+schemathesis_cli() {
+  local venv="${XDG_CACHE_HOME:-$HOME/.cache}/commerce-pipeline/schemathesis-$SCHEMATHESIS_VERSION"
+  local cli="$venv/bin/schemathesis"
+  if [ ! -x "$cli" ] || [ "$("$cli" --version 2>/dev/null)" != "schemathesis, version $SCHEMATHESIS_VERSION" ]; then
+    python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    log "installing Schemathesis $SCHEMATHESIS_VERSION into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION" >&2 ||
+      die "could not install Schemathesis $SCHEMATHESIS_VERSION from PyPI"
+  fi
+  echo "$cli"
+}

@@ -4,7 +4,7 @@
 #
 #   eval "$(scripts/testenv.sh)"           # the databases only
 #   eval "$(scripts/testenv.sh kafka)"     # and Apache Kafka's broker (make bench)
-#   eval "$(scripts/testenv.sh browser promtool kafka)"   # and chromium and promtool (make test)
+#   eval "$(scripts/testenv.sh browser promtool kafka schemathesis)"   # and chromium, promtool and Schemathesis (make test)
 #
 # kafka: the tests and benchmarks run Apache Kafka's own broker as a JVM
 # (internal/kafkabroker): a JDK 17+ and Maven are installed when missing and
@@ -36,7 +36,10 @@ for tool in "$@"; do
     kafka) # Apache Kafka's broker: a JDK, and Maven for its jars
       kafka_tools
       kafka_jars ;;
-    *) log "unknown tool $tool (known: browser, promtool, kafka)"; exit 2 ;;
+    schemathesis) # the API's contract test: Schemathesis, pinned, in a venv
+      cli=$(schemathesis_cli)
+      echo "export SCHEMATHESIS='$cli'" ;;
+    *) log "unknown tool $tool (known: browser, promtool, kafka, schemathesis)"; exit 2 ;;
   esac
 done
 

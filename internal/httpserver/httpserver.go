@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,9 +100,9 @@ const ReadyTimeout = 2 * time.Second
 func Ops(mux interface {
 	Handle(pattern string, h http.Handler)
 }, reg *prometheus.Registry, checks map[string]Check, opts ...OpsOption) {
-	mux.Handle("/healthz", http.HandlerFunc(healthz))
-	mux.Handle("/readyz", readyz(checks, true, opts))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/healthz", readOnly(http.HandlerFunc(healthz)))
+	mux.Handle("/readyz", readOnly(readyz(checks, true, opts)))
+	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
 	// Go's profiles, for the operators who can reach this listener: where
 	// a node's CPU and memory go under real load (`go tool pprof
 	// http://<admin>/debug/pprof/profile?seconds=30`).
@@ -118,8 +119,28 @@ func Ops(mux interface {
 func Probes(mux interface {
 	Handle(pattern string, h http.Handler)
 }, checks map[string]Check, opts ...OpsOption) {
-	mux.Handle("/healthz", http.HandlerFunc(healthz))
-	mux.Handle("/readyz", readyz(checks, false, opts))
+	mux.Handle("/healthz", readOnly(http.HandlerFunc(healthz)))
+	mux.Handle("/readyz", readOnly(readyz(checks, false, opts)))
+}
+
+// readOnly answers GET and HEAD with h and any other method 405 with the
+// Allow header RFC 9110 requires: a probe or a scrape changes nothing, so
+// a POST to one is a client's mistake, not a read.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			// An RFC 9457 problem, as the services' APIs answer errors.
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"type": "about:blank", "title": http.StatusText(http.StatusMethodNotAllowed), "status": http.StatusMethodNotAllowed,
+				"detail": "method " + strconv.Quote(r.Method) + " is not allowed on " + r.URL.Path + "; it allows GET and HEAD",
+			})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
@@ -75,6 +76,59 @@ func TestOps(t *testing.T) {
 				if strings.Contains(string(body), secret) {
 					t.Errorf("GET %s tells %q: %s", tc.path, secret, body)
 				}
+			}
+		})
+	}
+}
+
+// TestOpsReadOnly: the probes and /metrics answer GET and HEAD, and any
+// other method 405 with the Allow header RFC 9110 requires and a problem.
+func TestOpsReadOnly(t *testing.T) {
+	t.Parallel()
+	admin, public := http.NewServeMux(), http.NewServeMux()
+	httpserver.Ops(admin, prometheus.NewRegistry(), nil)
+	httpserver.Probes(public, nil)
+	srv := map[string]*httptest.Server{"admin": httptest.NewServer(admin), "public": httptest.NewServer(public)}
+	for _, s := range srv {
+		t.Cleanup(s.Close) // after the parallel subtests
+	}
+	type answer struct {
+		Status             int
+		Allow, ContentType string
+	}
+	allowed := answer{200, "", ""}
+	refused := answer{405, "GET, HEAD", "application/problem+json"}
+	tests := []struct {
+		listener, method, path string
+		want                   answer
+	}{
+		{"admin", "HEAD", "/healthz", allowed},
+		{"admin", "HEAD", "/metrics", allowed},
+		{"admin", "POST", "/healthz", refused},
+		{"admin", "DELETE", "/readyz", refused},
+		{"admin", "PUT", "/metrics", refused},
+		{"public", "HEAD", "/readyz", allowed},
+		{"public", "TRACE", "/healthz", refused},
+		{"public", "POST", "/readyz", refused},
+	}
+	for _, tc := range tests {
+		t.Run(tc.listener+" "+tc.method+" "+tc.path, func(t *testing.T) {
+			t.Parallel()
+			req, err := http.NewRequest(tc.method, srv[tc.listener].URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got := answer{resp.StatusCode, resp.Header.Get("Allow"), ""}
+			if resp.StatusCode != http.StatusOK {
+				got.ContentType = resp.Header.Get("Content-Type")
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s %s (-want +got):\n%s", tc.method, tc.path, diff)
 			}
 		})
 	}

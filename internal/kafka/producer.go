@@ -15,7 +15,10 @@ import (
 // answered), keys placed on partitions as sarama's hash partitioner placed
 // them (SaramaPartitioner), sendTimeout as the broker's wait for its
 // replicas, and a request given up on 3 s after that (a broker that hangs),
-// to be retried on the partition's leader then.
+// to be retried on the partition's leader then; metadata refreshed at most
+// every 250 ms rather than franz-go's 5 s, so that records held for a
+// partition whose leader moved go to the new leader as soon as the cluster
+// names it.
 func (s Settings) ProducerOptions(clientID string, sendTimeout time.Duration) []kgo.Opt {
 	return append(s.ClientOptions(clientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -29,6 +32,7 @@ func (s Settings) ProducerOptions(clientID string, sendTimeout time.Duration) []
 		// retried until the cluster answers; the relay's own wait gives up
 		// on them and retries the head, in order.
 		kgo.RequestTimeoutOverhead(3*time.Second),
+		kgo.MetadataMinAge(250*time.Millisecond),
 		kgo.MaxBufferedRecords(100_000),
 	)
 }

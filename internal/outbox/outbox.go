@@ -33,7 +33,7 @@ const Channel = "outbox_events"
 // Columns are the columns every writer sets, in the order of Entry.Values;
 // created_at defaults to the insert's clock_timestamp(), and the rest (id,
 // next_retry_at) are the database's and the relay's. traceparent and
-// tracestate (migration 00015) are NULL for an entry without a trace
+// tracestate (migration 00016) are NULL for an entry without a trace
 // context.
 var Columns = []string{"event_id", "event_type", "source", "aggregate_type", "aggregate_id", "payload", "traceparent", "tracestate"}
 

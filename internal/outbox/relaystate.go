@@ -34,7 +34,7 @@ type Leadership struct {
 type RelayState struct {
 	Cursor          int64 // the id of the last outbox row the relay has handled
 	CursorUpdatedAt time.Time
-	Backlog         int64         // outbox rows after the cursor
+	Backlog         int64         // outbox rows not published yet: after the cursor, or held behind it
 	OldestAge       time.Duration // the age of the oldest of them; 0 when there is none
 	Leadership
 }
@@ -54,7 +54,8 @@ const (
 SELECT c.last_processed_id, c.updated_at, b.rows,
        COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - b.oldest), 0)::float8, ` + leaseColumns + `
 FROM outbox_cursor c
-CROSS JOIN LATERAL (SELECT count(*) AS rows, min(created_at) AS oldest FROM outbox WHERE id > c.last_processed_id) b
+CROSS JOIN LATERAL (SELECT count(*) AS rows, min(created_at) AS oldest FROM outbox
+    WHERE id > c.last_processed_id OR id IN (SELECT outbox_id FROM outbox_held)) b
 ` + leaseJoin + `
 WHERE c.id = 1`
 )

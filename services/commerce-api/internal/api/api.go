@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -90,8 +91,11 @@ func NewHandler(d Deps) (http.Handler, error) {
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		return newRequestError(http.StatusNotFound, "no route for "+quoteShort(r.URL.Path))
 	}))
-	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error {
-		return newRequestError(http.StatusMethodNotAllowed, "method "+quoteShort(r.Method)+" is not allowed on "+quoteShort(r.URL.Path))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, req *http.Request) error {
+		// RFC 9110 §15.5.6: a 405 lists the methods the resource has. chi
+		// leaves that to its own default handler, which this one replaces.
+		w.Header().Set("Allow", allowed(r, req.URL.Path))
+		return newRequestError(http.StatusMethodNotAllowed, "method "+quoteShort(req.Method)+" is not allowed on "+quoteShort(req.URL.Path))
 	}))
 	// The stream lives as long as its client: it is the one route outside
 	// the request deadline (its writes carry their own, per frame). It is
@@ -152,6 +156,22 @@ func (s *server) routes(r chi.Router, d Deps) {
 		r.Get("/orders/{id}", s.handle(s.guard(aUser, s.getOrder)))
 		r.Post("/orders/{id}/payments", s.handle(s.guard(aUser, s.pay)))
 	})
+}
+
+// routeMethods are the methods a route of this API may have, in the order
+// Allow lists them.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowed is the Allow header of path on the router: the methods a request
+// to it would be routed with.
+func allowed(router chi.Routes, path string) string {
+	var ms []string
+	for _, m := range routeMethods {
+		if router.Match(chi.NewRouteContext(), m, path) {
+			ms = append(ms, m)
+		}
+	}
+	return strings.Join(ms, ", ")
 }
 
 // yamlDoc serves a YAML document.

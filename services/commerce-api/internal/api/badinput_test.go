@@ -2,8 +2,12 @@ package api_test
 
 import (
 	"fmt"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestBadInput sends invalid requests and checks each gets its 4xx problem
@@ -69,6 +73,36 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e.checkProblem(t, hostileCase{tc.name, tc.method, tc.path, jsonHeaders(tc.method, tc.user, tc.body),
 				tc.body, tc.status, tc.pointers, tc.detail})
+		})
+	}
+}
+
+// TestMethodNotAllowed: a method a path does not have is a 405 problem
+// whose Allow header lists the methods it has (RFC 9110 §15.5.6), on the
+// API's routes, the page and the probes alike.
+func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tests := []struct{ method, path, allow string }{
+		{"PUT", "/api/v1/products", "GET, POST"},
+		{"TRACE", "/api/v1/products/1", "GET"},
+		{"PATCH", "/api/v1/products/1/likes", "POST, DELETE"},
+		{"GET", "/api/v1/orders", "POST"},
+		{"DELETE", "/api/v1/orders/1/payments", "POST"},
+		{"POST", "/api/v1/stream", "GET"},
+		{"POST", "/api/v1/config", "GET"},
+		{"DELETE", "/", "GET"},
+		{"POST", "/openapi.yaml", "GET"},
+		{"POST", "/healthz", "GET, HEAD"},
+		{"PUT", "/readyz", "GET, HEAD"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			t.Parallel()
+			r := e.send(t, tc.method, tc.path, http.Header{}, "")
+			if diff := cmp.Diff([]string{"405", tc.allow}, []string{strconv.Itoa(r.Status), r.Header.Get("Allow")}); diff != "" {
+				t.Errorf("%s %s: status and Allow (-want +got):\n%s", tc.method, tc.path, diff)
+			}
 		})
 	}
 }

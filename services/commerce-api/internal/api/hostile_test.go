@@ -135,6 +135,9 @@ func TestHostileInput(t *testing.T) {
 		hostileCase{"page repeated", "GET", "/api/v1/products?page=1&page=2", nil, "", 400, []string{"page"}, ""},
 		hostileCase{"page beyond the window", "GET", "/api/v1/products?sort=likes_desc&page=1000000&size=100", nil, "", 400, []string{"page"}, ""},
 		hostileCase{"page × size beyond the window", "GET", "/api/v1/products?page=101&size=100", nil, "", 400, []string{"page"}, "invalid field"},
+		hostileCase{"sort given empty", "GET", "/api/v1/products?sort=", nil, "", 400, []string{"sort"}, ""},
+		hostileCase{"sort repeated", "GET", "/api/v1/products?sort=latest&sort=latest", nil, "", 400, []string{"sort"}, ""},
+		hostileCase{"size past the document's maximum", "GET", "/api/v1/products?size=2147483648", nil, "", 400, []string{"size"}, ""},
 	)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { e.checkProblem(t, tc) })

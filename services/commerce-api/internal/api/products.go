@@ -145,18 +145,21 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 func (s *server) listProducts(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	var errs ValidationError
-	sort := store.ProductSort(q.Get("sort"))
-	if sort == "" {
-		sort = store.SortLatest
-	}
-	known := false
-	var names []string
-	for _, k := range store.ProductSorts() {
-		known = known || k == sort
-		names = append(names, string(k))
-	}
-	if !known {
-		errs.add("sort", "must be one of "+strings.Join(names, ", "))
+	// Absent is the default order; present, it must be one of the orders,
+	// once: `sort=` names none, and is refused like any other unknown one.
+	sort := store.SortLatest
+	if vals, ok := q["sort"]; ok {
+		known := false
+		var names []string
+		for _, k := range store.ProductSorts() {
+			known = known || len(vals) == 1 && k == store.ProductSort(vals[0])
+			names = append(names, string(k))
+		}
+		if known {
+			sort = store.ProductSort(vals[0])
+		} else {
+			errs.add("sort", "must be one of "+strings.Join(names, ", ")+", once")
+		}
 	}
 	page := queryInt(q, "page", 0, 0, store.ListWindow, &errs)
 	// A size above the cap is served at the cap rather than refused.

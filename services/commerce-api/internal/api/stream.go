@@ -26,18 +26,9 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if s.hub == nil {
 		return newRequestError(http.StatusServiceUnavailable, "the stream is not enabled on this server")
 	}
-	var last uint64
-	raw := strings.TrimSpace(r.Header.Get(LastEventIDHeader))
-	if raw == "" {
-		// A new EventSource cannot set the header; the page passes it here.
-		raw = strings.TrimSpace(r.URL.Query().Get("lastEventId"))
-	}
-	if raw != "" {
-		n, err := strconv.ParseUint(raw, 10, 64)
-		if err != nil {
-			return &ValidationError{Fields: []FieldError{{Pointer: LastEventIDHeader, Detail: "must be an event id this stream sent (a non-negative integer), got " + strconv.Quote(raw)}}}
-		}
-		last = n
+	last, err := lastEventID(r)
+	if err != nil {
+		return err
 	}
 	sub, err := s.hub.Subscribe(r.Context(), last)
 	if err != nil {
@@ -77,6 +68,49 @@ func (s *server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 			return nil // the client is gone; nothing to answer
 		}
 	}
+}
+
+// maxEventIDDigits bounds an event id as the document does: every id of 19
+// digits fits in a uint64.
+const maxEventIDDigits = 19
+
+// lastEventID is the id a stream resumes after: the Last-Event-ID header,
+// else the lastEventId query parameter (a new EventSource cannot set the
+// header; the page passes it there); 0 when neither is set or the one that
+// counts is empty, which EventSource sends for "none". Each that is sent
+// must be an id, even when the header makes the query's moot.
+func lastEventID(r *http.Request) (uint64, error) {
+	var errs ValidationError
+	header, fromHeader := parseEventID(strings.TrimSpace(r.Header.Get(LastEventIDHeader)), LastEventIDHeader, &errs)
+	var query uint64
+	switch vals := r.URL.Query()["lastEventId"]; len(vals) {
+	case 0:
+	case 1:
+		query, _ = parseEventID(vals[0], "lastEventId", &errs)
+	default:
+		errs.add("lastEventId", "must be given once")
+	}
+	if err := errs.check(); err != nil {
+		return 0, err
+	}
+	if fromHeader {
+		return header, nil
+	}
+	return query, nil
+}
+
+// parseEventID parses raw, an event id or empty, noting in errs what is
+// wrong with it; ok says it was a non-empty id.
+func parseEventID(raw, name string, errs *ValidationError) (id uint64, ok bool) {
+	if raw == "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(raw, 10, 64) // no sign, no underscores
+	if err != nil || len(raw) > maxEventIDDigits {
+		errs.add(name, "must be an event id this stream sent (at most 19 decimal digits), got "+quoteShort(raw))
+		return 0, false
+	}
+	return n, true
 }
 
 func writeFrame(w http.ResponseWriter, rc *http.ResponseController, f []byte) error {

@@ -65,8 +65,20 @@ func TestStreamHTTP(t *testing.T) {
 		}
 	}
 
-	if r := e.do(t, "GET", "/api/v1/stream?lastEventId=abc", "", ""); r.Status != http.StatusBadRequest {
-		t.Errorf("bad lastEventId: %d, want 400", r.Status)
+	// Each id that is sent must be one, even where the header makes the
+	// query's moot; the document's EventID allows at most 19 digits.
+	for _, tc := range []hostileCase{
+		{"not a number", "GET", "/api/v1/stream?lastEventId=abc", nil, "", 400, []string{"lastEventId"}, ""},
+		{"a sign", "GET", "/api/v1/stream?lastEventId=%2B1", nil, "", 400, []string{"lastEventId"}, ""},
+		{"20 digits", "GET", "/api/v1/stream?lastEventId=00000000000000000001", nil, "", 400, []string{"lastEventId"}, ""},
+		{"repeated", "GET", "/api/v1/stream?lastEventId=1&lastEventId=2", nil, "", 400, []string{"lastEventId"}, ""},
+		{"a bad query beside a good header", "GET", "/api/v1/stream?lastEventId=x", hdr(api.LastEventIDHeader, "1"), "", 400, []string{"lastEventId"}, ""},
+		{"a bad header", "GET", "/api/v1/stream", hdr(api.LastEventIDHeader, "-1"), "", 400, []string{api.LastEventIDHeader}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // refused before the hub is asked: the open stream and its limit do not matter
+			e.checkProblem(t, tc)
+		})
 	}
 	r := e.do(t, "GET", "/api/v1/stream", "", "")
 	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Content-Type") != api.ProblemContentType || r.Header.Get("Retry-After") == "" {

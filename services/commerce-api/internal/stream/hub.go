@@ -207,8 +207,9 @@ func (h *Hub) Subscribe(ctx context.Context, lastEventID uint64) (*Subscription,
 		h.mu.Unlock()
 		return nil, ErrClosed
 	case len(h.clients) >= h.cfg.MaxStreams:
+		open := len(h.clients) // read under the lock: Unsubscribe changes it
 		h.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d are open, the most this server allows", ErrTooManyStreams, len(h.clients))
+		return nil, fmt.Errorf("%w: %d are open, the most this server allows", ErrTooManyStreams, open)
 	}
 	// Take the slot now, so that concurrent subscribers cannot pass the
 	// bound and the hub does not go idle meanwhile; broadcasts skip it

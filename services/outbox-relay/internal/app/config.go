@@ -37,7 +37,9 @@ func Load(l *config.Loader) Config {
 		AdminAddr:   l.String("ADMIN_ADDR", "127.0.0.1:8081"), // loopback: operators only
 		Relay: relay.Config{
 			NodeID:        l.Computed("OUTBOX_RELAY_NODE_ID", "defaultNodeID()", cluster.DefaultNodeID),
-			BatchSize:     l.PositiveInt("OUTBOX_RELAY_BATCH_SIZE", 100),
+			BatchSize:     l.PositiveInt("OUTBOX_RELAY_BATCH_SIZE", 500),
+			Window:        l.PositiveInt("OUTBOX_RELAY_WINDOW", 20_000),
+			WindowBytes:   l.PositiveInt("OUTBOX_RELAY_WINDOW_BYTES", 32<<20),
 			SendTimeout:   l.Duration("OUTBOX_RELAY_SEND_TIMEOUT", 5*time.Second),
 			RetryInterval: l.Duration("OUTBOX_RELAY_RETRY_INTERVAL", 10*time.Second),
 			MaxAge:        l.Duration("OUTBOX_RELAY_MAX_AGE", 5*time.Minute),

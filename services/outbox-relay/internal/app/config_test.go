@@ -50,7 +50,7 @@ func TestLoadConfig(t *testing.T) {
 			DatabaseURL: base["DATABASE_URL"], Kafka: kafka.Settings{Brokers: []string{"k1:9092", "k2:9092"}}, AdminAddr: "127.0.0.1:8081",
 			DB: pg.Options{MaxConns: 4, StatementTimeout: 30 * time.Second},
 			Relay: relay.Config{
-				NodeID: "n1", BatchSize: 100, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
+				NodeID: "n1", BatchSize: 500, Window: 20_000, WindowBytes: 32 << 20, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
 				Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
 			},
 			GCPercent: 400,

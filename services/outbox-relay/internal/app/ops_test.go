@@ -28,7 +28,7 @@ func TestOpsEndpoints(t *testing.T) {
 	cfg := Config{
 		DatabaseURL: env.URL, Kafka: env.Kafka, AdminAddr: "127.0.0.1:0", GCPercent: 100,
 		Relay: relay.Config{
-			NodeID: "node-a", BatchSize: 100, SendTimeout: 3 * time.Second, RetryInterval: 200 * time.Millisecond,
+			NodeID: "node-a", BatchSize: 100, Window: 20_000, WindowBytes: 32 << 20, SendTimeout: 3 * time.Second, RetryInterval: 200 * time.Millisecond,
 			MaxAge: 5 * time.Minute, Interval: 100 * time.Millisecond, LeaseTTL: time.Second, Retention: time.Hour,
 		},
 		Cluster: cluster.Defaults("node-a"),

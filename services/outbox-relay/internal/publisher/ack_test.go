@@ -2,19 +2,23 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
-// TestAckedAt: each published message carries the time its acknowledgement
-// arrived, between the send and the end of Wait; a message that failed has
-// none.
-func TestAckedAt(t *testing.T) {
+// TestProduceOutcomes: each produced record's outcome arrives once, with
+// the time its acknowledgement arrived (between the send and the callback's
+// return); a message without a derivable topic fails at mapping, before the
+// producer; a record refused alone as too large is the one too large.
+func TestProduceOutcomes(t *testing.T) {
 	t.Parallel()
 	reg := events.NewRegistry()
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
@@ -32,20 +36,37 @@ func TestAckedAt(t *testing.T) {
 	bad := msg
 	bad.Type = "no-topic"
 	ctx := context.Background()
+	prep := p.Prepare(ctx, []Message{msg, bad, msg})
+	if _, err := prep.Record(1); !Unpublishable(err) {
+		t.Fatalf("message without a topic: mapping error %v, want an unpublishable one", err)
+	}
+	type outcome struct {
+		err error
+		at  time.Time
+	}
+	outs := make(chan outcome, 2)
 	sent := time.Now()
-	pd := p.Feed(ctx, p.Prepare(ctx, []Message{msg, bad, msg}))
-	errs := pd.Wait(ctx)
-	waited := time.Now()
-	for i, want := range []bool{true, false, true} {
-		if (errs[i] == nil) != want {
-			t.Fatalf("message %d: error %v", i, errs[i])
+	for _, i := range []int{0, 2} {
+		r, err := prep.Record(i)
+		if err != nil {
+			t.Fatal(err)
 		}
-		at := pd.AckedAt(i)
-		switch {
-		case !want && !at.IsZero():
-			t.Errorf("failed message %d acknowledged at %v", i, at)
-		case want && (at.Before(sent) || at.After(waited)):
-			t.Errorf("message %d acknowledged at %v, outside the send (%v) and the end of Wait (%v)", i, at, sent, waited)
+		p.Produce(ctx, r, func(err error, at time.Time) { outs <- outcome{err, at} })
+	}
+	for range 2 {
+		o := <-outs
+		if o.err != nil || o.at.Before(sent) || o.at.After(time.Now()) {
+			t.Errorf("outcome %v at %v, want success between %v and now", o.err, o.at, sent)
 		}
+	}
+
+	huge := msg
+	huge.Data = make([]byte, 2<<20) // past the producer's batch limit
+	r, err := p.Prepare(ctx, []Message{huge}).Record(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.ProduceAlone(ctx, r); !errors.Is(err, kerr.MessageTooLarge) || !TooLarge(err) {
+		t.Errorf("a record too large sent alone: %v, want MESSAGE_TOO_LARGE", err)
 	}
 }

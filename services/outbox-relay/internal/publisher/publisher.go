@@ -24,11 +24,6 @@ import (
 // is retried. Match with errors.Is or use [Unpublishable].
 var ErrUnpublishable = errors.New("unpublishable message")
 
-// ErrSendTimeout is the result of a message whose outcome did not arrive
-// within the send timeout. It is retriable: the record may or may not be in
-// the log (consumers are idempotent).
-var ErrSendTimeout = errors.New("send timed out")
-
 // Message is one event to publish.
 type Message struct {
 	Sequence      int64 // the outbox id
@@ -93,13 +88,14 @@ func TooLarge(err error) bool {
 type Publisher struct {
 	client      *kgo.Client
 	records     *recordWriter
+	settings    kafka.Settings
 	sendTimeout time.Duration
-}
 
-type result struct {
-	index int
-	err   error
-	at    time.Time // when the outcome arrived: a success's acknowledgement
+	// lone sends a record in a batch of its own (ProduceAlone); made on
+	// first use, which is rare.
+	loneOnce sync.Once
+	lone     *kgo.Client
+	loneErr  error
 }
 
 // New connects to Kafka and starts the producer. Records go to the event
@@ -112,7 +108,7 @@ func New(k kafka.Settings, sendTimeout time.Duration, reg *events.Registry, logg
 	if err != nil {
 		return nil, fmt.Errorf("connect to Kafka %v: %w", k.Brokers, err)
 	}
-	return &Publisher{client: client, records: &recordWriter{reg: reg, prefix: k.Prefix}, sendTimeout: sendTimeout}, nil
+	return &Publisher{client: client, records: &recordWriter{reg: reg, prefix: k.Prefix}, settings: k, sendTimeout: sendTimeout}, nil
 }
 
 // Close waits up to the send timeout for records still in the producer,
@@ -122,6 +118,10 @@ func (p *Publisher) Close() error {
 	defer cancel()
 	err := p.client.Flush(ctx)
 	p.client.Close()
+	p.loneOnce.Do(func() {})
+	if p.lone != nil {
+		p.lone.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("flush the producer: %w", err)
 	}
@@ -147,23 +147,19 @@ func (p *Publisher) Record(ctx context.Context, m Message) (*kgo.Record, error) 
 	return p.records.write(ctx, m)
 }
 
-// Pending is a batch handed to the producer whose outcomes are not yet all
-// known.
-type Pending struct {
-	out      []error
-	acked    []time.Time
-	arrived  []bool
-	results  chan result
-	pending  int
-	deadline time.Time
-}
-
 // Prepared is a batch mapped to Kafka records, not yet handed to the
 // producer.
 type Prepared struct {
 	pms  []*kgo.Record
 	errs []error // mapping errors; the record is nil then
 }
+
+// Len returns the number of messages mapped.
+func (p Prepared) Len() int { return len(p.pms) }
+
+// Record returns message i's record, or nil and the mapping error (an
+// unpublishable message).
+func (p Prepared) Record(i int) (*kgo.Record, error) { return p.pms[i], p.errs[i] }
 
 // Prepare maps msgs to records, on every CPU for a large batch; callers
 // prepare the next batch while the previous one is in flight.
@@ -182,78 +178,32 @@ func (p *Publisher) Prepare(ctx context.Context, msgs []Message) Prepared {
 	return prep
 }
 
-// Feed hands a prepared batch to the producer, in order. Batches must be fed
-// one after the other, in id order, for per-partition order to hold.
-func (p *Publisher) Feed(ctx context.Context, prep Prepared) *Pending {
-	n := len(prep.pms)
-	pd := &Pending{out: prep.errs, acked: make([]time.Time, n), arrived: make([]bool, n), results: make(chan result, n)}
-	for i, pm := range prep.pms {
-		if pm == nil {
-			pd.arrived[i] = true
-			continue
-		}
-		if ctx.Err() != nil {
-			for j := i; j < n; j++ {
-				if prep.pms[j] != nil {
-					pd.out[j], pd.arrived[j] = ctx.Err(), true
-				}
-			}
-			pd.deadline = time.Now()
-			return pd
-		}
-		pd.pending++
-		// The promise runs on the producer's goroutine; the channel has room
-		// for every outcome, so it never blocks it, also when the batch's
-		// waiter gave up.
-		results := pd.results
-		p.client.Produce(ctx, pm, func(_ *kgo.Record, err error) {
-			results <- result{index: i, err: err, at: time.Now()}
-		})
-	}
-	// The producer retries a record until the cluster answers; the waiter
-	// reports it missing (ErrSendTimeout, retriable) after twice the send
-	// timeout: the broker's wait for its replicas and a retry.
-	pd.deadline = time.Now().Add(2 * p.sendTimeout)
-	return pd
+// Produce hands rec to the producer. done is called once, on the producer's
+// goroutine, with the outcome and the time it arrived; it must not block.
+// Records of a partition go out in the order they are produced, and when
+// the producer fails one it fails every record buffered behind it in the
+// partition too.
+//
+// A record may be produced again once its outcome has arrived; ctx is its
+// context each time (the producer keeps a record's first context unless
+// told otherwise, and cancelling it aborts the record if it is first in a
+// batch not yet sent).
+func (p *Publisher) Produce(ctx context.Context, rec *kgo.Record, done func(err error, at time.Time)) {
+	rec.Context = ctx
+	p.client.Produce(ctx, rec, func(_ *kgo.Record, err error) { done(err, time.Now()) })
 }
 
-// Wait returns the outcomes, in message order, once all have arrived, the
-// send timeout has passed (ErrSendTimeout for the missing ones) or ctx ends.
-func (pd *Pending) Wait(ctx context.Context) []error {
-	timer := time.NewTimer(time.Until(pd.deadline))
-	defer timer.Stop()
-	for pd.pending > 0 {
-		select {
-		case r := <-pd.results:
-			pd.out[r.index], pd.arrived[r.index] = r.err, true
-			if r.err == nil {
-				pd.acked[r.index] = r.at
-			}
-			pd.pending--
-			continue
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		cause := ErrSendTimeout
-		if ctx.Err() != nil {
-			cause = ctx.Err()
-		}
-		for i := range pd.out {
-			if !pd.arrived[i] {
-				pd.out[i], pd.arrived[i] = cause, true
-			}
-		}
-		pd.pending = 0
+// ProduceAlone sends rec in a produce batch of its own, on a producer of its
+// own, and returns the outcome. A broker refuses a batch too large as a
+// whole, so a record refused with others may be innocent; refused alone,
+// it is not.
+func (p *Publisher) ProduceAlone(ctx context.Context, rec *kgo.Record) error {
+	p.loneOnce.Do(func() {
+		p.lone, p.loneErr = kgo.NewClient(p.settings.ProducerOptions("outbox-relay-alone", p.sendTimeout)...)
+	})
+	if p.loneErr != nil {
+		return fmt.Errorf("connect the lone producer: %w", p.loneErr)
 	}
-	return pd.out
-}
-
-// AckedAt returns when the broker's acknowledgement of message i reached the
-// producer (this process's clock), once Wait has returned; zero for a
-// message that did not succeed.
-func (pd *Pending) AckedAt(i int) time.Time {
-	if pd.out[i] != nil {
-		return time.Time{}
-	}
-	return pd.acked[i]
+	rec.Context = ctx
+	return p.lone.ProduceSync(ctx, rec).FirstErr()
 }

@@ -32,7 +32,6 @@ func TestUnpublishable(t *testing.T) {
 		{"not enough replicas", wrap(kerr.NotEnoughReplicas), false},
 		{"leader moved", wrap(kerr.NotLeaderForPartition), false},
 		{"record timed out in the producer", wrap(kgo.ErrRecordTimeout), false},
-		{"send timeout", ErrSendTimeout, false},
 		{"shutdown", context.Canceled, false},
 	}
 	for _, tt := range tests {

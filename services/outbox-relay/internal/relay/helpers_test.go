@@ -68,6 +68,8 @@ func testConfig(env *relaytest.Env, node string) Config {
 	return Config{
 		NodeID:        node,
 		BatchSize:     100,
+		Window:        20_000,
+		WindowBytes:   32 << 20,
 		SendTimeout:   3 * time.Second,
 		RetryInterval: 200 * time.Millisecond,
 		MaxAge:        5 * time.Minute,

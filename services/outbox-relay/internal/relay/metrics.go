@@ -10,7 +10,6 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
-	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
@@ -35,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, elector *lease.Elect
 			Name: "outbox_relay_failed_total", Help: "Outbox rows moved to outbox_failed (expired or permanently failing).",
 		}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_relay_retried_total", Help: "Outbox rows marked for a later retry after a retriable failure.",
+			Name: "outbox_relay_retried_total", Help: "Records sent again after the cluster refused them (each holds back its aggregate until then).",
 		}),
 		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "outbox_relay_pass_duration_seconds", Help: "Duration of relay passes.",
@@ -72,18 +71,12 @@ func NewMetrics(reg prometheus.Registerer, st *store.Store, elector *lease.Elect
 // previous call, for the cluster registry's heartbeat.
 func (m *Metrics) StageWindows() []stages.Window { return m.stages.Take() }
 
-// observe times the published rows of b (indexes into rows): the outbox
-// stage from the row's insert to the read, both on the database clock; the
-// publish stage from the read being sent to the acknowledgement, both on
-// this process's clock.
-func (m *Metrics) observe(b store.Batch, rows []store.Row, published []int, pd *publisher.Pending) {
-	for _, i := range published {
-		row := rows[i]
-		m.stages.Observe(stages.Outbox, row.EventType, b.Now.Sub(row.CreatedAt))
-		if at := pd.AckedAt(i); !at.IsZero() {
-			m.stages.Observe(stages.Publish, row.EventType, at.Sub(b.Sent))
-		}
-	}
+// observe times a published row: the outbox stage from its insert to its
+// read, both on the database clock; the publish stage from the read being
+// sent to the acknowledgement, both on this process's clock.
+func (m *Metrics) observe(eventType string, outbox, publish time.Duration) {
+	m.stages.Observe(stages.Outbox, eventType, outbox)
+	m.stages.Observe(stages.Publish, eventType, publish)
 }
 
 // backlog measures the unpublished rows in the database on each scrape.
@@ -95,7 +88,7 @@ type backlog struct {
 func newBacklog(st *store.Store) backlog {
 	return backlog{
 		st:   st,
-		rows: prometheus.NewDesc("outbox_relay_backlog_rows", "Outbox rows after the cursor.", nil, nil),
+		rows: prometheus.NewDesc("outbox_relay_backlog_rows", "Outbox rows not published yet: after the cursor, or held behind it.", nil, nil),
 		aged: prometheus.NewDesc("outbox_relay_oldest_unpublished_age_seconds",
 			"Age of the oldest outbox row after the cursor; 0 when there is none.", nil, nil),
 	}

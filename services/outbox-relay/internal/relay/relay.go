@@ -1,7 +1,8 @@
 // Package relay publishes the outbox to Kafka in id order, without loss:
-// the pass logic (ordered confirmation, HOL retry, the gap rule), and the
-// service around it (gocron scheduling under a leader lease, LISTEN wake-ups,
-// retention, metrics).
+// the pipeline (a window of records in the producer, confirmation in id
+// order, the cursor's advance off the hot path, ordered retry per
+// aggregate, the gap rule), and the service around it (the leader lease,
+// LISTEN wake-ups, retention, metrics).
 package relay
 
 import (
@@ -9,8 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
@@ -21,18 +26,30 @@ import (
 // Config is a relay node's settings; internal/app reads them from the
 // environment.
 type Config struct {
-	NodeID        string        // OUTBOX_RELAY_NODE_ID: the lease owner
-	BatchSize     int           // OUTBOX_RELAY_BATCH_SIZE: rows read per batch
-	SendTimeout   time.Duration // OUTBOX_RELAY_SEND_TIMEOUT: how long a batch waits for Kafka
-	RetryInterval time.Duration // OUTBOX_RELAY_RETRY_INTERVAL: next_retry_at after a retriable failure
+	NodeID    string // OUTBOX_RELAY_NODE_ID: the lease owner
+	BatchSize int    // OUTBOX_RELAY_BATCH_SIZE: rows per read
+	// Window and WindowBytes (OUTBOX_RELAY_WINDOW, OUTBOX_RELAY_WINDOW_BYTES)
+	// bound the records in the producer: the relay reads more only while
+	// both are below their bound. On a replicated cluster every
+	// acknowledgement waits for the followers, so throughput is the window
+	// over that wait.
+	Window      int
+	WindowBytes int
+	// SendTimeout (OUTBOX_RELAY_SEND_TIMEOUT) is how long the broker waits
+	// for its replicas, and how long a record may stay unacknowledged before
+	// the cursor passes it as held.
+	SendTimeout time.Duration
+	// RetryInterval (OUTBOX_RELAY_RETRY_INTERVAL) caps the backoff of a
+	// refused record's retries.
+	RetryInterval time.Duration
 	MaxAge        time.Duration // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
 	Interval      time.Duration // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
 	LeaseTTL      time.Duration // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
 	Retention     time.Duration // OUTBOX_RETENTION: published rows older than this are purged
 }
 
-// Relay runs passes over the outbox. Passes must not overlap (the scheduler
-// runs them as a singleton job).
+// Relay runs passes over the outbox. Passes must not overlap: the service
+// runs them one after the other on one goroutine.
 type Relay struct {
 	cfg     Config
 	store   *store.Store
@@ -41,24 +58,13 @@ type Relay struct {
 	metrics *Metrics
 	logger  *slog.Logger
 	gaps    gaps
-	// wake holds a commit notified since the last read was sent (Notify).
+	// wake is the one wake-up: a token left by Notify for a commit, taken
+	// by the service's loop (to start a pass) or by a running pass (to read
+	// again).
 	wake chan struct{}
-	// last is where the previous pass left the cursor, and under which
-	// lease term: the next pass of the same term starts there without
-	// reading it. Only this node's passes of that term move the cursor
-	// (the advance is fenced), one at a time; a cursor moved under it
-	// anyway (a PostgreSQL crash losing an asynchronous advance) makes the
-	// next advance fail, which forgets it.
-	last struct {
-		cursor, token int64
-		ok            bool
-	}
-	// alone holds the rows whose record the broker refused as too large
-	// while it travelled with others: the producer fails a refused batch
-	// as a whole, so any of its records may be the one too large. Each is
-	// sent alone next, and blamed only if it fails alone. Only the pass
-	// (one at a time) reads and writes it.
-	alone map[int64]bool
+	// t is the pipeline of the lease term the last pass ran in; a pass of a
+	// later term, or after an error, starts a new one from the database.
+	t *term
 
 	// beforeAdvance, when set by a test, runs before each cursor update: it
 	// stands for a process paused between publishing and confirming.
@@ -70,17 +76,15 @@ func NewRelay(cfg Config, st *store.Store, pub *publisher.Publisher, elector *le
 	if st == nil || pub == nil || elector == nil || metrics == nil || logger == nil {
 		return nil, errors.New("relay: store, publisher, elector, metrics and logger are required")
 	}
-	if cfg.BatchSize <= 0 || cfg.RetryInterval <= 0 || cfg.MaxAge <= 0 {
-		return nil, fmt.Errorf("relay: batch size, retry interval and max age must be positive, got %d, %s, %s",
-			cfg.BatchSize, cfg.RetryInterval, cfg.MaxAge)
+	if cfg.BatchSize <= 0 || cfg.Window <= 0 || cfg.WindowBytes <= 0 || cfg.SendTimeout <= 0 || cfg.RetryInterval <= 0 || cfg.MaxAge <= 0 {
+		return nil, fmt.Errorf("relay: batch size, window, window bytes, send timeout, retry interval and max age must be positive, got %d, %d, %d, %s, %s, %s",
+			cfg.BatchSize, cfg.Window, cfg.WindowBytes, cfg.SendTimeout, cfg.RetryInterval, cfg.MaxAge)
 	}
-	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1),
-		alone: map[int64]bool{}}, nil
+	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1)}, nil
 }
 
-// Notify tells a running pass that rows were committed since it last read:
-// a pass that has caught up with the outbox reads again at once, while what
-// it sent is still being confirmed, instead of after that and a new pass.
+// Notify tells the relay that rows were committed: a running pass reads
+// again at once, and an idle node starts a pass.
 func (r *Relay) Notify() {
 	select {
 	case r.wake <- struct{}{}:
@@ -90,174 +94,69 @@ func (r *Relay) Notify() {
 
 // PassResult sums up one pass.
 type PassResult struct {
-	Published int   // rows published and passed by the cursor
+	Published int   // rows published
 	Failed    int   // rows moved to outbox_failed
-	Retried   int   // rows marked for retry (at most one: the pass stops there)
+	Held      int   // rows the cursor passed unpublished (held, in outbox_held)
+	Retried   int   // refused records sent again, or waiting to be
 	Cursor    int64 // the cursor after the pass
 }
 
-// Pass publishes what is ready after the cursor, batch after batch while
-// reads return rows (drain), each read overlapping the previous batch's
-// confirmation. It stops before a gap that may still fill, at a row waiting
-// for its retry time, and at a retriable failure (HOL). A pass of a node that
-// is not leader does nothing.
+// Pass publishes what is ready, until the relay has caught up with the
+// outbox and every record it handed to the producer is confirmed or held:
+// it reads batches after the last row read while the producer's window has
+// room, hands them to the producer in id order, confirms the outcomes in id
+// order, and moves the cursor, fenced, off the hot path. A commit notified
+// during the pass is read by it. A record the cluster does not acknowledge
+// holds back only the later rows of its aggregate; the cursor passes them,
+// recorded as held. A pass of a node that is not leader does nothing.
 func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 	fence, ok := r.elector.Fence()
 	if !ok {
+		r.t = nil
 		return PassResult{}, nil
 	}
 	start := time.Now()
 	defer func() { r.metrics.passDuration.Observe(time.Since(start).Seconds()) }()
-	// On shutdown the pass stops between batches, but the batch in flight
-	// gets up to a send timeout to be confirmed, so a stopping node does not
+	// On shutdown the pass stops reading, but what is in the producer gets
+	// up to a send timeout to be confirmed, so a stopping node does not
 	// leave published rows for the next leader to publish again.
 	stop := ctx
 	ctx, release := graceful(stop, r.cfg.SendTimeout)
 	defer release()
 
-	cursor, err := r.cursor(ctx, fence)
-	if err != nil {
-		return res, err
-	}
-	r.last.ok = false // until this pass ends without an error
-	res.Cursor = cursor
-	r.gaps.forget(cursor)
-	defer func() {
-		if res.Published+res.Failed > 0 {
-			r.logger.Info("relay completed", "success", res.Published, "failed", res.Failed, "lastOffset", res.Cursor)
-		}
-	}()
-	defer func() {
-		if err == nil {
-			r.last.cursor, r.last.token, r.last.ok = res.Cursor, fence.Token, true
-		}
-	}()
-	rd := r.startReader(ctx, cursor)
-	defer func() { rd.stop() }()
-	b, err := rd.next(ctx)
-	if err != nil {
-		return res, err
-	}
-	cur := r.prepare(ctx, cursor, b, nil)
-	began := time.Now()
-	// ahead are the batches handed (or being handed) to the producer after
-	// cur, in id order. A pass returns only once everything it prepared is
-	// in the producer, so the next pass's records cannot overtake them.
-	var ahead []*inflight
-	tail := cur
-	defer func() { <-tail.fed }()
-	rereadGap := false
-	finishing := false // stopping: confirm what the producer has, start nothing new
-	var readErr error  // reading ahead failed: confirm what is in flight, then return it
-	for {
-		// Pipelining: the reader is already reading ahead; while the batch
-		// in flight is confirmed, up to aheadBatches more are mapped and
-		// handed to the producer, so that it has work while a cursor
-		// update is written. Only a full batch sent entirely can be
-		// followed; anything else ends the drain.
-		for !finishing && readErr == nil && len(ahead) < aheadBatches &&
-			len(tail.rows) == len(tail.batch.Rows) && len(tail.rows) == r.cfg.BatchSize {
-			// Wait for a read only when nothing else is ahead.
-			nb, ok, err := rd.poll(ctx, len(ahead) == 0)
-			if err != nil {
-				readErr = err
-				break
-			}
-			if !ok {
-				break
-			}
-			next := r.prepare(ctx, tail.rows[len(tail.rows)-1].ID, nb, tail)
-			ahead = append(ahead, next)
-			tail = next
-		}
-		if !finishing && readErr == nil && len(ahead) == 0 && len(cur.rows) > 0 &&
-			len(cur.rows) == len(cur.batch.Rows) && len(cur.rows) < r.cfg.BatchSize &&
-			time.Since(began) < r.cfg.Interval {
-			// Caught up: a short batch ended the reader's run. A commit
-			// notified while it is being confirmed is read at once, so
-			// that it does not wait for the acknowledgements, the cursor's
-			// advance and another pass. (A pass that never runs dry ends
-			// after the poll interval; a wake-up starts the next at once.)
-			select {
-			case <-r.wake:
-				after := cur.rows[len(cur.rows)-1].ID
-				rd.stop()
-				rd = r.startReader(ctx, after)
-				if nb, err := rd.next(ctx); err != nil {
-					readErr = err
-				} else {
-					next := r.prepare(ctx, after, nb, cur)
-					ahead = append(ahead, next)
-					tail = next
-				}
-			case <-cur.acked: // and then its advance, after which a
-				// commit notified meanwhile is read (below)
-			}
-		}
-		more, err := r.confirm(ctx, fence, &res, cur)
-		if err != nil {
+	if r.t == nil || r.t.fence != fence {
+		if r.t, err = r.newTerm(ctx, fence); err != nil {
+			r.t = nil
 			return res, err
 		}
-		advanced := res.Cursor != cursor
-		cursor = res.Cursor
-		r.gaps.forget(cursor)
-		if advanced {
-			rereadGap = false
-		}
-		switch {
-		case !more:
-			// A retriable failure stopped the pass; what the batches ahead
-			// already sent is published again, in order, after the retry.
-			return res, nil
-		case len(ahead) > 0:
-			cur, ahead = ahead[0], ahead[1:]
-		case readErr != nil:
-			return res, readErr
-		case cur.newGap && !rereadGap && !finishing, !finishing && time.Since(began) < r.cfg.Interval && r.woken():
-			// A new gap can settle only in a later snapshot, and a commit
-			// notified while the batch was confirmed is not in this read:
-			// read again at once instead of waiting for the next pass.
-			rereadGap = rereadGap || cur.newGap
-			rd.stop()
-			rd = r.startReader(ctx, cursor)
-			if b, err = rd.next(ctx); err != nil {
-				return res, err
-			}
-			cur = r.prepare(ctx, cursor, b, cur)
-			tail = cur
-		default:
-			return res, nil
-		}
-		if _, ok := r.elector.Fence(); !ok {
-			return res, nil
-		}
-		finishing = stop.Err() != nil
 	}
+	t := r.t
+	t.res = PassResult{Cursor: t.cursor}
+	defer func() {
+		if err != nil {
+			r.t = nil // the next pass starts again from the database
+		}
+		res = t.res
+		if res.Published+res.Failed+res.Held > 0 {
+			r.logger.Info("relay completed", "success", res.Published, "failed", res.Failed, "held", res.Held, "lastOffset", res.Cursor)
+		}
+	}()
+	return res, t.run(ctx, stop)
 }
 
-// aheadBatches is how many batches a draining pass hands to the producer
-// beyond the one it confirms. One is not enough: the producer finishes it
-// while the cursor update of the batch before is written, and then waits.
-const aheadBatches = 3
-
-// woken reports, once, whether a commit was notified since the last read
-// was sent.
-func (r *Relay) woken() bool {
-	select {
-	case <-r.wake:
-		return true
-	default:
-		return false
+// NextRetry returns how long until a held aggregate's retry is due; false
+// when none waits.
+func (r *Relay) NextRetry() (time.Duration, bool) {
+	if r.t == nil || len(r.t.blocked) == 0 {
+		return 0, false
 	}
-}
-
-// cursor returns where a pass of lease term f starts: where the previous
-// pass of the same term left the cursor, or else the cursor as stored.
-func (r *Relay) cursor(ctx context.Context, f store.Fence) (int64, error) {
-	if r.last.ok && r.last.token == f.Token {
-		return r.last.cursor, nil
+	next := time.Duration(1<<63 - 1)
+	for _, u := range r.t.blocked {
+		if !u.sending {
+			next = min(next, time.Until(u.due))
+		}
 	}
-	return r.store.Cursor(ctx)
+	return max(next, 0), true
 }
 
 // graceful returns a context that ends grace after ctx ends.
@@ -270,55 +169,575 @@ func graceful(ctx context.Context, grace time.Duration) (context.Context, contex
 	}
 }
 
-// inflight is a batch read and handed to the producer, not yet confirmed.
-type inflight struct {
-	batch   store.Batch
-	rows    []store.Row        // the sendable prefix of batch.Rows
-	fed     chan struct{}      // closed once the batch is handed to the producer
-	acked   chan struct{}      // closed once its outcomes are in (errs, pending)
-	pending *publisher.Pending // the batch in the producer
-	errs    []error            // the outcome of each row
-	newGap  bool               // the prefix ends at a gap first seen in this read
-	// alone: the batch is one record, the first of its pass, so nothing
-	// else shares its produce request and its refusal is its own.
-	alone bool
+// state is where a row is in the pipeline.
+type state int
+
+const (
+	waiting   state = iota // not in the producer: its aggregate is held back
+	producing              // in the producer, no outcome yet
+	published              // acknowledged
+	failed                 // moved (or moving) to outbox_failed
+)
+
+// entry is a row read and routed.
+type entry struct {
+	row    store.Row
+	rec    *kgo.Record // nil when the row cannot be mapped (mapErr)
+	mapErr error
+	unit   string // the aggregate's topic and key: the unit of order
+	size   int
+	state  state
+	fedAt  time.Time
+	// readNow and readSent time the stages: the database clock and this
+	// process's clock when the row was read.
+	readNow, readSent time.Time
+	passed            bool // the cursor passed it (it is held until published or failed)
+	alone             bool // refused as too large with batch-mates: sent alone next
+	gen               int  // incremented by each produce; an outcome of an earlier one is stale
+	// abort fails the record in the producer if it has not been written
+	// yet (the producer fails the records behind it in its partition too).
+	abort context.CancelFunc
 }
 
-// prepare takes the sendable prefix of b, read after id `after`, and hands it
-// to the producer after prev (nil for the first batch of a pass).
-func (r *Relay) prepare(ctx context.Context, after int64, b store.Batch, prev *inflight) *inflight {
-	r.gaps.recorded = false
-	rows := r.sendable(ctx, after, b)
-	if prev == nil && len(rows) > 0 && r.alone[rows[0].ID] {
-		rows = rows[:1]
+func (e *entry) expired(maxAge time.Duration) bool {
+	return e.readNow.Sub(e.row.CreatedAt)+time.Since(e.readSent) > maxAge
+}
+
+// unit is an aggregate held back: its rows wait, in id order, for the
+// retry of the first.
+type unit struct {
+	rows    []*entry
+	due     time.Time
+	sending bool // the first is being sent alone
+}
+
+type outcome struct {
+	e     *entry
+	gen   int
+	err   error
+	at    time.Time
+	alone bool // from ProduceAlone, outside the window
+}
+
+// term is the pipeline of one lease term, owned by the pass running it.
+type term struct {
+	r     *Relay
+	fence store.Fence
+	res   PassResult
+
+	cursor  int64    // the cursor as last written
+	passed  int64    // the last row the cursor passes (written or to write)
+	readPos int64    // the last row read and routed
+	queue   []*entry // routed and not yet passed, in id order
+	held    map[int64]*entry
+	blocked map[string]*unit
+	// attempts counts the retries of an aggregate since its last success,
+	// for the backoff.
+	attempts map[string]int
+
+	inflight, inBytes int // records and bytes in the producer
+	waiting           int // rows held back in memory, not in the producer
+	outcomes          *inbox
+
+	// The next advance: rows to fail, to hold, and held rows settled.
+	failed  []store.Failure
+	toHold  map[int64]bool
+	settled map[int64]bool
+	writing chan error // the advance being written, nil when none
+	writeTo int64
+}
+
+// newTerm starts the pipeline of lease term f: from the cursor, with the
+// rows held behind it handed to the producer first, in id order, so they
+// go out before any later row of their aggregate.
+func (r *Relay) newTerm(ctx context.Context, f store.Fence) (*term, error) {
+	cursor, err := r.store.Cursor(ctx)
+	if err != nil {
+		return nil, err
 	}
+	heldRows, err := r.store.Held(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t := &term{
+		r: r, fence: f, cursor: cursor, passed: cursor, readPos: cursor,
+		held: map[int64]*entry{}, blocked: map[string]*unit{}, attempts: map[string]int{},
+		outcomes: newInbox(),
+		toHold:   map[int64]bool{}, settled: map[int64]bool{},
+	}
+	r.gaps.forget(cursor)
+	if len(heldRows) > 0 {
+		r.logger.Info("publishing the rows held behind the cursor first", "held", len(heldRows), "cursor", cursor)
+		now := time.Now()
+		for _, e := range t.prepare(ctx, heldRows, now, now) {
+			e.passed = true
+			t.held[e.row.ID] = e
+			t.route(ctx, e)
+		}
+	}
+	return t, nil
+}
+
+// prepare maps rows to entries.
+func (t *term) prepare(ctx context.Context, rows []store.Row, readNow, readSent time.Time) []*entry {
 	msgs := make([]publisher.Message, len(rows))
 	for i, row := range rows {
 		msgs[i] = messageOf(row)
 	}
-	in := &inflight{batch: b, rows: rows, fed: make(chan struct{}), acked: make(chan struct{}), newGap: r.gaps.recorded,
-		alone: prev == nil && len(rows) == 1}
-	// Mapping to CloudEvents records is the costly step; it runs while the
-	// previous batch is being confirmed. Feeding the producer waits for the
-	// previous batch to be fed, so records enter it in id order.
-	go func() {
-		defer close(in.acked)
-		prep := r.pub.Prepare(ctx, msgs)
-		if prev != nil {
-			<-prev.fed
+	prep := t.r.pub.Prepare(ctx, msgs)
+	out := make([]*entry, len(rows))
+	for i, row := range rows {
+		rec, err := prep.Record(i)
+		e := &entry{row: row, rec: rec, mapErr: err, readNow: readNow, readSent: readSent}
+		if rec != nil {
+			e.unit = rec.Topic + "\x00" + string(rec.Key)
+			e.size = len(rec.Value) + len(rec.Key)
+			for _, h := range rec.Headers {
+				e.size += len(h.Key) + len(h.Value)
+			}
 		}
-		in.pending = r.pub.Feed(ctx, prep)
-		close(in.fed)
-		if len(rows) > 0 {
-			in.errs = in.pending.Wait(ctx)
+		out[i] = e
+	}
+	return out
+}
+
+// route hands e to the producer, or to its aggregate's held rows if the
+// aggregate is held back, or fails it if it cannot be mapped.
+func (t *term) route(ctx context.Context, e *entry) {
+	switch u := t.blocked[e.unit]; {
+	case e.mapErr != nil:
+		t.fail(e, e.mapErr, "message failed permanently, moving to failed")
+	case u != nil:
+		e.state = waiting
+		t.waiting++
+		u.insert(e)
+	default:
+		t.produce(ctx, e)
+	}
+}
+
+func (t *term) produce(ctx context.Context, e *entry) {
+	e.state, e.fedAt = producing, time.Now()
+	e.gen++
+	t.inflight++
+	t.inBytes += e.size
+	gen, out := e.gen, t.outcomes
+	// A context of the record's own, not the pass's: a record stays in
+	// the producer after its pass ends (held); it is cancelled only to
+	// abort a record that expired there.
+	rctx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	e.abort = abort
+	t.r.pub.Produce(rctx, e.rec, func(err error, at time.Time) {
+		abort()
+		out.put(outcome{e: e, gen: gen, err: err, at: at})
+	})
+}
+
+// inbox collects outcomes without ever blocking the producer's goroutine:
+// a producer whose buffer is full waits in Produce for outcomes to be
+// delivered, so a bounded channel could deadlock it with the pass.
+type inbox struct {
+	mu     sync.Mutex
+	items  []outcome
+	signal chan struct{} // a token while items is not empty
+}
+
+func newInbox() *inbox { return &inbox{signal: make(chan struct{}, 1)} }
+
+func (b *inbox) put(o outcome) {
+	b.mu.Lock()
+	b.items = append(b.items, o)
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (b *inbox) take() []outcome {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := b.items
+	b.items = nil
+	return out
+}
+
+func (u *unit) insert(e *entry) {
+	i, _ := slices.BinarySearchFunc(u.rows, e.row.ID, func(x *entry, id int64) int { return cmpID(x.row.ID, id) })
+	u.rows = slices.Insert(u.rows, i, e)
+}
+
+func cmpID(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// settle applies a record's outcome.
+func (t *term) settle(o outcome) {
+	e := o.e
+	if !o.alone {
+		t.inflight--
+		t.inBytes -= e.size
+	}
+	if o.gen != e.gen || e.state != producing {
+		if e.state == failed && o.err == nil {
+			// Expired in the producer and aborted too late: the event is
+			// in Kafka and in outbox_failed; a re-drive publishes it again
+			// (consumers de-duplicate it).
+			t.r.logger.Warn("message published after it expired", "id", e.row.ID, "eventId", e.row.EventID)
+		}
+		return
+	}
+	if o.alone {
+		u := t.blocked[e.unit]
+		u.sending = false
+		if o.err != nil && !publisher.Unpublishable(o.err) && !e.expired(t.r.cfg.MaxAge) {
+			e.state = waiting
+			u.due = t.backoff(e.unit)
+			t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, service.ErrKey, o.err)
+			return
+		}
+		t.waiting--
+		u.rows = u.rows[1:]
+		u.due = time.Now()
+		if len(u.rows) == 0 {
+			delete(t.blocked, e.unit)
+		}
+	}
+	switch err := o.err; {
+	case err == nil:
+		e.state = published
+		delete(t.attempts, e.unit)
+		t.r.metrics.observe(e.row.EventType, e.readNow.Sub(e.row.CreatedAt), o.at.Sub(e.readSent))
+		if e.passed {
+			t.settleHeld(e)
+			t.res.Published++
+			t.r.metrics.published.Inc()
+		}
+	case publisher.TooLarge(err) && !e.alone && !o.alone:
+		// Refused with the records it travelled with: send it alone, at
+		// once, to learn whether it is the one too large.
+		e.alone = true
+		t.hold(e, err)
+		t.blocked[e.unit].due = time.Now()
+	case publisher.Unpublishable(err):
+		t.fail(e, err, "message failed permanently, moving to failed")
+	case e.expired(t.r.cfg.MaxAge):
+		t.fail(e, err, "message expired, moving to failed")
+	default:
+		t.hold(e, err)
+	}
+}
+
+// hold holds e's aggregate back after the cluster refused e: its later rows
+// wait, and e is sent again after a capped, jittered backoff.
+func (t *term) hold(e *entry, err error) {
+	e.state = waiting
+	t.waiting++
+	u := t.blocked[e.unit]
+	if u == nil {
+		u = &unit{due: t.backoff(e.unit)}
+		t.blocked[e.unit] = u
+		t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, service.ErrKey, err)
+	}
+	u.insert(e)
+	if !e.alone {
+		t.res.Retried++
+		t.r.metrics.retried.Inc()
+	}
+}
+
+// backoff returns when an aggregate's next retry is due: 100 ms doubled for
+// each retry since its last success, capped at the retry interval, ±20 %.
+func (t *term) backoff(key string) time.Time {
+	n := t.attempts[key]
+	t.attempts[key] = n + 1
+	d := min(t.r.cfg.RetryInterval, 100*time.Millisecond<<min(n, 20))
+	return time.Now().Add(time.Duration(float64(d) * (0.8 + 0.4*rand.Float64())))
+}
+
+// fail moves e to outbox_failed, now if the cursor passed it, else when it
+// does.
+func (t *term) fail(e *entry, err error, msg string) {
+	t.r.logger.Warn(msg, "id", e.row.ID, "eventId", e.row.EventID, "type", e.row.EventType, "createdAt", e.row.CreatedAt, service.ErrKey, err)
+	e.state = failed
+	e.mapErr = err
+	if e.passed {
+		t.failed = append(t.failed, store.Failure{ID: e.row.ID, Error: err.Error()})
+		t.unhold(e)
+		t.res.Failed++
+		t.r.metrics.failed.Inc()
+	}
+}
+
+// settleHeld forgets a held row that is published or failed.
+func (t *term) settleHeld(e *entry) { t.unhold(e) }
+
+func (t *term) unhold(e *entry) {
+	delete(t.held, e.row.ID)
+	if t.toHold[e.row.ID] {
+		delete(t.toHold, e.row.ID) // never written as held
+	} else {
+		t.settled[e.row.ID] = true
+	}
+}
+
+// confirm passes the cursor over the rows at the head of the queue whose
+// outcome is known, or that are held: published, failed, waiting behind a
+// refused row of their aggregate, or in the producer for longer than the
+// send timeout (the producer keeps them, in their place in the partition's
+// order, and the cursor passes them as held). It returns when the head's
+// record may still be acknowledged in time.
+func (t *term) confirm(stopping bool) (wait time.Duration) {
+	for len(t.queue) > 0 {
+		e := t.queue[0]
+		switch e.state {
+		case published:
+			t.res.Published++
+			t.r.metrics.published.Inc()
+		case failed:
+			t.failed = append(t.failed, store.Failure{ID: e.row.ID, Error: e.mapErr.Error()})
+			t.res.Failed++
+			t.r.metrics.failed.Inc()
+		case producing:
+			if left := t.r.cfg.SendTimeout - time.Since(e.fedAt); left > 0 && !stopping {
+				return left
+			}
+			if e.expired(t.r.cfg.MaxAge) {
+				// Aborted in the producer, unless it is being written.
+				e.abort()
+				e.passed = true
+				t.fail(e, errors.New("not acknowledged within the send timeout"), "message expired, moving to failed")
+				break
+			}
+			fallthrough
+		case waiting:
+			t.held[e.row.ID] = e
+			t.toHold[e.row.ID] = true
+			t.res.Held++
+		}
+		e.passed = true
+		t.passed = e.row.ID
+		t.queue = t.queue[1:]
+	}
+	return 0
+}
+
+// retry sends the held aggregates whose retry is due: their rows, in id
+// order, ahead of any later row (which the aggregate held back until now).
+// A row refused as too large with others goes alone first.
+func (t *term) retry(ctx context.Context) {
+	now := time.Now()
+	for key, u := range t.blocked {
+		if u.sending || u.due.After(now) {
+			continue
+		}
+		if head := u.rows[0]; head.alone {
+			u.sending = true
+			head.state, head.fedAt = producing, now
+			head.gen++
+			gen, out, rec := head.gen, t.outcomes, head.rec
+			go func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*t.r.cfg.SendTimeout)
+				defer cancel()
+				err := t.r.pub.ProduceAlone(ctx, rec)
+				out.put(outcome{e: head, gen: gen, err: err, at: time.Now(), alone: true})
+			}()
+			continue
+		}
+		delete(t.blocked, key)
+		t.waiting -= len(u.rows)
+		for _, e := range u.rows {
+			t.produce(ctx, e)
+		}
+	}
+}
+
+// flush starts writing the next advance if one is due and none is being
+// written.
+func (t *term) flush(ctx context.Context) {
+	if t.writing != nil || (t.passed == t.cursor && len(t.failed) == 0 && len(t.toHold) == 0 && len(t.settled) == 0) {
+		return
+	}
+	a := store.Advance{From: t.cursor, To: t.passed, Failed: t.failed}
+	for id := range t.toHold {
+		a.Held = append(a.Held, id)
+	}
+	for id := range t.settled {
+		a.Settled = append(a.Settled, id)
+	}
+	t.failed, t.toHold, t.settled = nil, map[int64]bool{}, map[int64]bool{}
+	t.writeTo = a.To
+	done := make(chan error, 1)
+	t.writing = done
+	fence := t.fence
+	// The write outlives a stopping pass's context: it is fenced, and a
+	// stopping leader's last advance spares its successor duplicates.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.r.cfg.SendTimeout)
+		defer cancel()
+		if t.r.beforeAdvance != nil {
+			t.r.beforeAdvance()
+		}
+		done <- t.r.store.Advance(ctx, fence, a)
+	}()
+}
+
+// written records the end of an advance's write.
+func (t *term) written(err error) error {
+	t.writing = nil
+	if err != nil {
+		return err
+	}
+	t.cursor = t.writeTo
+	t.res.Cursor = t.cursor
+	t.r.gaps.forget(t.cursor)
+	return nil
+}
+
+// run is a pass of term t (see Pass).
+func (t *term) run(ctx, stop context.Context) error {
+	r := t.r
+	var (
+		rd        *reader // nil when not reading
+		reread    bool    // read again when the reader has stopped
+		rereadGap bool    // a new gap was re-read once already
+		polled    = time.Now()
+	)
+	defer func() {
+		if rd != nil {
+			rd.stop()
 		}
 	}()
-	return in
+	startReading := func() {
+		rd, reread, polled = r.startReader(ctx, t.readPos), false, time.Now()
+	}
+	startReading()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		stopping := stop.Err() != nil
+		// A stopping node's elector no longer renews, but its lease holds
+		// in the database until it is released after this pass: the last
+		// advances are written (fenced there).
+		if _, leader := r.elector.Fence(); !leader && !stopping {
+			// The writes are fenced, and the next term starts afresh; an
+			// advance being written says whether it landed.
+			if t.writing != nil {
+				return t.written(<-t.writing)
+			}
+			return nil
+		}
+		if stopping && rd != nil {
+			rd.stop()
+			rd = nil
+		}
+		for _, o := range t.outcomes.take() {
+			t.settle(o)
+		}
+		if !stopping {
+			t.retry(ctx)
+		}
+		// A stopping pass waits for its records' outcomes until its grace
+		// ends, then passes those still in the producer as held.
+		wait := t.confirm(ctx.Err() != nil)
+		t.flush(ctx)
+
+		// Rows held back in memory are bounded too: an aggregate that stays
+		// refused for long stops the reading after a while, rather than
+		// the memory growing without end.
+		room := t.inflight < r.cfg.Window && t.inBytes < r.cfg.WindowBytes && t.waiting < 8*r.cfg.Window
+		if rd == nil && !stopping && (reread || time.Since(polled) >= r.cfg.Interval && len(t.queue) > 0) {
+			startReading()
+		}
+		if rd == nil && len(t.queue) == 0 && t.writing == nil && t.passed == t.cursor &&
+			len(t.failed)+len(t.toHold)+len(t.settled) == 0 {
+			return nil // caught up, and everything handed over is confirmed or held
+		}
+
+		var reads chan readResult
+		if rd != nil && room {
+			reads = rd.results
+		}
+		var wake, stopped, cancelled <-chan struct{}
+		if !stopping {
+			wake, stopped = r.wake, stop.Done()
+		}
+		if ctx.Err() == nil {
+			cancelled = ctx.Done()
+		}
+		d := time.Hour
+		if wait > 0 {
+			d = wait
+		}
+		if next, ok := r.NextRetry(); ok && !stopping {
+			d = min(d, next)
+		}
+		if rd == nil && !stopping && len(t.queue) > 0 {
+			d = min(d, max(0, r.cfg.Interval-time.Since(polled)))
+		}
+		timer.Reset(d)
+		select {
+		case <-t.outcomes.signal:
+		case x := <-reads:
+			if x.err != nil {
+				return x.err
+			}
+			more, newGap := t.take(ctx, x.batch)
+			if !more {
+				rd.stop()
+				rd = nil
+				if newGap && !rereadGap {
+					// A new gap can settle only in a later snapshot.
+					reread, rereadGap = true, true
+				}
+			}
+		case err := <-t.writing:
+			if err := t.written(err); err != nil {
+				return err
+			}
+		case <-wake:
+			if rd == nil {
+				startReading()
+			} else {
+				reread = true
+			}
+		case <-timer.C:
+		case <-stopped:
+		case <-cancelled:
+		}
+		if rd != nil && reread && len(rd.results) == 0 && rd.finished() {
+			rd.stop()
+			startReading()
+		}
+	}
+}
+
+// take routes the sendable prefix of b, read after t.readPos. It reports
+// whether the reader may go on (the whole batch was full and sendable), and
+// whether the prefix ends at a gap first seen in this read.
+func (t *term) take(ctx context.Context, b store.Batch) (more, newGap bool) {
+	r := t.r
+	r.gaps.recorded = false
+	rows := r.sendable(ctx, t.readPos, b)
+	if len(rows) > 0 {
+		for _, e := range t.prepare(ctx, rows, b.Now, b.Sent) {
+			t.queue = append(t.queue, e)
+			t.route(ctx, e)
+		}
+		t.readPos = rows[len(rows)-1].ID
+	}
+	return len(rows) == len(b.Rows) && len(rows) == r.cfg.BatchSize, r.gaps.recorded
 }
 
 // reader reads batches ahead of the pass, so that the database read of batch
-// N+1 overlaps the mapping and confirmation of batch N. It stays at most two
-// batches ahead and stops after a batch that is not full.
+// N+1 overlaps the routing of batch N. It stays at most two batches ahead
+// and stops after a batch that is not full.
 type reader struct {
 	results chan readResult
 	cancel  context.CancelFunc
@@ -356,29 +775,13 @@ func (r *Relay) startReader(ctx context.Context, after int64) *reader {
 	return rd
 }
 
-// next returns the next batch. Call it only after a full batch (or first).
-func (rd *reader) next(ctx context.Context) (store.Batch, error) {
-	b, _, err := rd.poll(ctx, true)
-	return b, err
-}
-
-// poll returns the next batch if it has been read, or waits for it if
-// wait is set; ok reports whether it returned one. Call it only after a
-// full batch.
-func (rd *reader) poll(ctx context.Context, wait bool) (b store.Batch, ok bool, err error) {
-	if !wait {
-		select {
-		case x := <-rd.results:
-			return x.batch, true, x.err
-		default:
-			return store.Batch{}, false, nil
-		}
-	}
+// finished reports whether the reader has stopped reading.
+func (rd *reader) finished() bool {
 	select {
-	case x := <-rd.results:
-		return x.batch, true, x.err
-	case <-ctx.Done():
-		return store.Batch{}, false, ctx.Err()
+	case <-rd.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -389,7 +792,7 @@ func (rd *reader) stop() {
 
 // sendable returns the rows of b that may be sent now: the id-ordered prefix
 // that stops before an unsettled gap and before a row waiting for its retry
-// time.
+// time (next_retry_at, which relays before per-aggregate holding set).
 func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []store.Row {
 	var (
 		writers  []uint64
@@ -433,78 +836,4 @@ func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) ([]uint6
 	}
 	slices.Sort(out)
 	return out, true
-}
-
-// confirm waits for the outcomes of a batch and confirms them in id order:
-// successes and permanent or expired failures advance; the first retriable
-// failure is marked for retry and ends the pass. The cursor moves once per
-// batch, fenced. It reports false when a retriable failure stopped the pass.
-func (r *Relay) confirm(ctx context.Context, fence store.Fence, res *PassResult, in *inflight) (bool, error) {
-	b, rows := in.batch, in.rows
-	<-in.acked
-	if len(rows) == 0 {
-		return true, nil
-	}
-	errs := in.errs
-
-	from, to := res.Cursor, res.Cursor
-	var (
-		failed    []store.Failure
-		published []int // indexes in rows
-		hol       *store.Row
-		holErr    error
-	)
-	for i, row := range rows {
-		err := errs[i]
-		if in.alone || err == nil || !publisher.Unpublishable(err) {
-			delete(r.alone, row.ID)
-		}
-		switch {
-		case err == nil:
-			published = append(published, i)
-		case publisher.TooLarge(err) && !in.alone:
-			// Refused with the records it travelled with: send it alone
-			// to learn whether it is the one too large (the others behind
-			// it are not confirmed either, and go again after it).
-			r.alone[row.ID] = true
-			hol, holErr = &rows[i], err
-		case publisher.Unpublishable(err):
-			r.logger.Warn("message failed permanently, moving to failed", "id", row.ID, "eventId", row.EventID, "type", row.EventType, service.ErrKey, err)
-			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
-		case b.Now.Sub(row.CreatedAt) > r.cfg.MaxAge:
-			r.logger.Warn("message expired, moving to failed", "id", row.ID, "createdAt", row.CreatedAt, service.ErrKey, err)
-			failed = append(failed, store.Failure{ID: row.ID, Error: err.Error()})
-		default:
-			hol, holErr = &rows[i], err
-		}
-		if hol != nil {
-			break
-		}
-		to = row.ID
-	}
-	if to != from {
-		if r.beforeAdvance != nil {
-			r.beforeAdvance()
-		}
-		if err := r.store.Advance(ctx, fence, from, to, failed); err != nil {
-			return false, err
-		}
-		res.Cursor = to
-		res.Published += len(published)
-		res.Failed += len(failed)
-		r.metrics.published.Add(float64(len(published)))
-		r.metrics.failed.Add(float64(len(failed)))
-		r.metrics.observe(b, rows, published, in.pending)
-	}
-	if hol == nil {
-		return true, nil
-	}
-	at, err := r.store.MarkRetry(ctx, fence, hol.ID, r.cfg.RetryInterval)
-	if err != nil {
-		return false, err
-	}
-	res.Retried++
-	r.metrics.retried.Inc()
-	r.logger.Info("message marked for retry", "id", hol.ID, "nextRetryAt", at, service.ErrKey, holErr)
-	return false, nil
 }

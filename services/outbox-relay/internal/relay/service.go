@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -22,7 +21,8 @@ import (
 )
 
 // Service is a relay node: it competes for the lease and, while leading, runs
-// passes on a timer and on every outbox commit, and purges old rows.
+// passes on every outbox commit, every poll interval and when a held
+// aggregate's retry is due, and purges old rows.
 type Service struct {
 	cfg     Config
 	logger  *slog.Logger
@@ -30,10 +30,6 @@ type Service struct {
 	elector *lease.Elector
 	relay   *Relay
 	member  *cluster.Member
-
-	kick    chan struct{} // a commit was notified; capacity 1 coalesces bursts
-	wake    atomic.Bool   // a commit arrived that no pass has started after yet
-	running atomic.Bool   // passes is running (the timer's job or the kicker)
 }
 
 // NewService returns a relay node publishing through pub, its metrics
@@ -57,10 +53,7 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	}
 	// The heartbeat carries the stages this node times to the live page.
 	member.WatchStages(metrics.StageWindows)
-	return &Service{
-		cfg: cfg, logger: logger, store: st, elector: elector, relay: r, member: member,
-		kick: make(chan struct{}, 1),
-	}, nil
+	return &Service{cfg: cfg, logger: logger, store: st, elector: elector, relay: r, member: member}, nil
 }
 
 // Leading reports whether the node holds the lease now.
@@ -79,15 +72,11 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	// The scheduler runs the hourly retention, only on the leader; passes
+	// run on the node's own loop (passes), woken by commits.
 	sched, err := gocron.NewScheduler(gocron.WithDistributedElector(s.elector))
 	if err != nil {
 		return fmt.Errorf("create scheduler: %w", err)
-	}
-	if _, err := sched.NewJob(gocron.DurationJob(s.cfg.Interval),
-		gocron.NewTask(s.passes, ctx),
-		gocron.WithName("outbox-relay-pass"),
-		gocron.WithSingletonMode(gocron.LimitModeReschedule)); err != nil {
-		return fmt.Errorf("schedule relay pass: %w", err)
 	}
 	if _, err := sched.NewJob(gocron.DurationJob(min(time.Hour, s.cfg.Retention)),
 		gocron.NewTask(s.purge, ctx),
@@ -109,8 +98,8 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		s.logger.Warn("first lease attempt failed", service.ErrKey, err)
 	}
 	wg.Go(func() { s.elector.Run(ctx) })
-	wg.Go(func() { s.store.Listen(ctx, s.logger, outbox.Channel, s.notified) })
-	wg.Go(func() { s.kicker(ctx) })
+	wg.Go(func() { s.store.Listen(ctx, s.logger, outbox.Channel, s.relay.Notify) })
+	wg.Go(func() { s.passes(ctx) })
 	sched.Start()
 	s.logger.Info("outbox relay started", "node", s.cfg.NodeID, "interval", s.cfg.Interval, "batchSize", s.cfg.BatchSize)
 
@@ -131,60 +120,32 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	return nil
 }
 
-// passes runs passes while commits were notified during the previous one.
-// The timer's job and the kicker both call it, and one runs at a time: a
-// caller that finds one running returns, and the running one passes again
-// for the wake-up it left.
+// passes runs a pass at once for each notified commit (a pass running when
+// it comes reads it itself), every poll interval, and when a held
+// aggregate's retry is due; one at a time, until ctx ends (the last pass
+// confirms what it handed over and stops).
 func (s *Service) passes(ctx context.Context) {
-	for ctx.Err() == nil {
-		if !s.running.CompareAndSwap(false, true) {
-			return
-		}
-		for ctx.Err() == nil {
-			s.wake.Store(false)
-			if _, err := s.relay.Pass(ctx); err != nil && ctx.Err() == nil {
-				level := slog.LevelError
-				if errors.Is(err, store.ErrFenced) {
-					level = slog.LevelWarn
-				}
-				s.logger.Log(ctx, level, "relay pass failed", service.ErrKey, err)
-			}
-			if !s.wake.Load() {
-				break
-			}
-		}
-		s.running.Store(false)
-		// A wake-up that came after the last look and found running set
-		// was left to this pass: take it.
-		if !s.wake.Load() {
-			return
-		}
-	}
-}
-
-func (s *Service) notified() {
-	s.relay.Notify()
-	select {
-	case s.kick <- struct{}{}:
-	default: // a wake-up is already pending; this commit rides on it
-	}
-}
-
-// kicker runs a pass at once for each notified commit, on its own
-// goroutine rather than through the scheduler (whose RunNow took some 4 ms
-// to start a job, the largest part of the outbox stage at a few hundred
-// commits a second).
-func (s *Service) kicker(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.kick:
+		case <-s.relay.wake:
+		case <-timer.C:
 		}
-		s.wake.Store(true)
-		if _, leader := s.elector.Fence(); leader {
-			s.passes(ctx)
+		if _, err := s.relay.Pass(ctx); err != nil && ctx.Err() == nil {
+			level := slog.LevelError
+			if errors.Is(err, store.ErrFenced) {
+				level = slog.LevelWarn
+			}
+			s.logger.Log(ctx, level, "relay pass failed", service.ErrKey, err)
 		}
+		next := s.cfg.Interval
+		if d, ok := s.relay.NextRetry(); ok {
+			next = min(next, d)
+		}
+		timer.Reset(next)
 	}
 }
 

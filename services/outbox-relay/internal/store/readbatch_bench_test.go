@@ -8,22 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/internal/outbox"
-	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/pkg/events"
-	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
-	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
 // BenchmarkReadBatch reads batches of 1,000 rows, as the relay does while
 // it drains a backlog.
 func BenchmarkReadBatch(b *testing.B) {
-	env := relaytest.New(b)
+	env, st := newStore(b)
 	ctx := context.Background()
-	st, err := store.Open(ctx, env.URL, pg.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(st.Close)
 	rec, err := env.Reg.Marshal(events.OrderPaidV1{OrderID: 7, PaymentID: 8, Amount: 12000,
 		Items: []events.OrderItem{{ProductID: 3, Quantity: 2, UnitPrice: 6000}}})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -89,7 +90,7 @@ type Row struct {
 	// or it has passed.
 	Ready bool
 	// TraceParent and TraceState are the W3C trace context its writer
-	// stored (migration 00015), published unchanged; empty when NULL.
+	// stored (migration 00016), published unchanged; empty when NULL.
 	TraceParent, TraceState string
 }
 
@@ -205,10 +206,13 @@ type Failure struct {
 	Error string
 }
 
-// advance moves the cursor from its expected position and copies the failed
-// rows, in one statement: both happen, or neither. The data-modifying CTEs see
-// one snapshot; the INSERT runs only if the fenced, compare-and-set UPDATE
-// matched.
+// advance moves the cursor from its expected position, copies the failed
+// rows to outbox_failed, records the held rows (passed by the cursor, not
+// yet published) and forgets the settled ones (published or failed), in one
+// statement: all of it happens, or none. The data-modifying CTEs see one
+// snapshot; the others run only if the fenced, compare-and-set UPDATE
+// matched. The cursor may stay where it is (@to = @from): the statement
+// still checks the fence.
 const advance = `
 WITH c AS (
     UPDATE outbox_cursor SET last_processed_id = @to, updated_at = clock_timestamp()
@@ -221,32 +225,49 @@ WITH c AS (
     JOIN outbox o ON o.id = x.id
     WHERE EXISTS (SELECT 1 FROM c)
     ON CONFLICT (outbox_id) DO NOTHING
+), h AS (
+    INSERT INTO outbox_held (outbox_id)
+    SELECT x.id FROM unnest(@held::bigint[]) AS x(id)
+    WHERE EXISTS (SELECT 1 FROM c)
+    ON CONFLICT (outbox_id) DO NOTHING
+), d AS (
+    DELETE FROM outbox_held
+    WHERE outbox_id = ANY(@settled::bigint[]) AND EXISTS (SELECT 1 FROM c)
 )
 SELECT count(*) FROM c`
 
-// Advance moves the cursor from `from` to `to` and records the failures in
-// outbox_failed, atomically, if the fence is current and the cursor is still
-// at `from`. Otherwise it writes nothing and returns ErrFenced.
+// Advance is one fenced step of the relay's progress.
+type Advance struct {
+	From, To int64     // the cursor's expected position and its new one (may be equal)
+	Failed   []Failure // rows to copy to outbox_failed (held ones included)
+	Held     []int64   // rows the cursor passes that are not published yet
+	Settled  []int64   // held rows published or failed since: no longer held
+}
+
+// Advance writes a, atomically, if the fence is current and the cursor is
+// still at a.From. Otherwise it writes nothing and returns ErrFenced.
 //
 // The transaction commits asynchronously (synchronous_commit off for it
 // alone): the relay's next read waits for this write, and a WAL flush
 // shared with every writer of the database cost it milliseconds under load.
 // A crash of PostgreSQL can lose only the last such commits that no
 // durable transaction followed (the WAL is flushed in order), and a lost
-// advance moves the cursor back: the rows behind it are published again,
-// which consumers de-duplicate, and a lost outbox_failed row fails again.
-// Nothing is skipped.
-func (s *Store) Advance(ctx context.Context, f Fence, from, to int64, failed []Failure) error {
-	ids := make([]int64, len(failed))
-	errs := make([]string, len(failed))
-	for i, x := range failed {
+// advance moves the cursor back (with its held rows): the rows behind it
+// are published again, which consumers de-duplicate, and a lost
+// outbox_failed row fails again. Nothing is skipped.
+func (s *Store) Advance(ctx context.Context, f Fence, a Advance) error {
+	ids := make([]int64, len(a.Failed))
+	errs := make([]string, len(a.Failed))
+	for i, x := range a.Failed {
 		ids[i], errs[i] = x.ID, x.Error
 	}
+	settled := append(slices.Clone(a.Settled), ids...)
 	// A batch is one implicit transaction: the setting, local to it, holds
 	// when it commits.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(advance, f.args(pgx.NamedArgs{"from": from, "to": to, "ids": ids, "errs": errs}))
+	b.Queue(advance, f.args(pgx.NamedArgs{"from": a.From, "to": a.To, "ids": ids, "errs": errs,
+		"held": nonNil(a.Held), "settled": settled}))
 	var n int
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -257,30 +278,43 @@ func (s *Store) Advance(ctx context.Context, f Fence, from, to int64, failed []F
 		err = closeErr
 	}
 	if err != nil {
-		return fmt.Errorf("advance cursor to %d: %w", to, pg.MapErr(err))
+		return fmt.Errorf("advance cursor to %d: %w", a.To, pg.MapErr(err))
 	}
 	if n != 1 {
-		return fmt.Errorf("advance cursor to %d: %w", to, ErrFenced)
+		return fmt.Errorf("advance cursor to %d: %w", a.To, ErrFenced)
 	}
 	return nil
 }
 
-// MarkRetry sets the row's next_retry_at to now + after (database clock) if
-// the fence is current, and returns it.
-func (s *Store) MarkRetry(ctx context.Context, f Fence, id int64, after time.Duration) (time.Time, error) {
-	var at time.Time
-	err := s.pool.QueryRow(ctx, `
-		UPDATE outbox SET next_retry_at = clock_timestamp() + @after::bigint * interval '1 microsecond'
-		WHERE id = @id AND `+fenceHeld+`
-		RETURNING next_retry_at`,
-		f.args(pgx.NamedArgs{"id": id, "after": after.Microseconds()})).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, ErrFenced)
+// nonNil makes a nil slice an empty array parameter rather than NULL.
+func nonNil(v []int64) []int64 {
+	if v == nil {
+		return []int64{}
 	}
+	return v
+}
+
+// Held reads the rows the cursor passed without publishing them, in id
+// order, as ReadBatch reads rows (every one ready).
+func (s *Store) Held(ctx context.Context) ([]Row, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT o.id, COALESCE(o.sequence, o.id), o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
+		       COALESCE(o.traceparent, ''), COALESCE(o.tracestate, '')
+		FROM outbox_held h JOIN outbox o ON o.id = h.outbox_id
+		ORDER BY o.id`)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("mark outbox row %d for retry: %w", id, pg.MapErr(err))
+		return nil, fmt.Errorf("read held outbox rows: %w", pg.MapErr(err))
 	}
-	return at, nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
+		x := Row{Ready: true}
+		err := r.Scan(&x.ID, &x.Sequence, &x.EventID, &x.EventType, &x.Source, &x.AggregateType, &x.AggregateID, &x.Payload, &x.CreatedAt,
+			&x.TraceParent, &x.TraceState)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read held outbox rows: %w", pg.MapErr(err))
+	}
+	return out, nil
 }
 
 // Purge deletes published outbox rows (id ≤ cursor) created more than
@@ -290,6 +324,7 @@ func (s *Store) Purge(ctx context.Context, olderThan time.Duration, chunk int) (
 		DELETE FROM outbox WHERE id IN (
 			SELECT id FROM outbox
 			WHERE id <= (SELECT last_processed_id FROM outbox_cursor WHERE id = 1)
+			  AND id NOT IN (SELECT outbox_id FROM outbox_held)
 			  AND created_at < clock_timestamp() - $1::bigint * interval '1 microsecond'
 			ORDER BY id LIMIT $2)`, chunk, olderThan.Microseconds())
 	if err != nil {
