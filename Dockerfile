@@ -19,9 +19,10 @@ FROM golang:${GO_VERSION} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 # The modules go.mod replaces with a directory of this clone (pcon and
-# pconprom): go mod download reads their go.mod files.
+# pconprom, pcontrace): go mod download reads their go.mod files.
 COPY pkg/pcon/go.mod pkg/pcon/go.sum ./pkg/pcon/
 COPY pkg/pcon/pconprom/go.mod pkg/pcon/pconprom/go.sum ./pkg/pcon/pconprom/
+COPY pkg/pcon/pcontrace/go.mod pkg/pcon/pcontrace/go.sum ./pkg/pcon/pcontrace/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # Static binaries: no cgo, so they run on distroless/static.

@@ -18,7 +18,7 @@ TEST_TIMEOUT ?= 30m
 # Kafka (a module of their own: they need the root module's testenv and
 # pcon's internals). GOWORK=off: each is checked with its own go.mod, not
 # with a developer's go.work.
-NESTED_MODULES := pkg/pcon pkg/pcon/pconprom pkg/pcon/internal/repotest
+NESTED_MODULES := pkg/pcon pkg/pcon/pconprom pkg/pcon/pcontrace pkg/pcon/internal/repotest
 in-modules = set -e; for m in . $(NESTED_MODULES); do (cd $$m && export GOWORK=off && $(1)); done
 
 # KAFKA chooses the broker of make dev and make bench: real (Apache Kafka's

@@ -258,8 +258,8 @@ func redriveOne(ctx context.Context, tx pgx.Tx, f Failed, by string) (int64, err
 	err = tx.QueryRow(ctx, `
 		WITH f AS (DELETE FROM outbox_failed WHERE id = $1 RETURNING *),
 		n AS (
-			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, sequence)
-			SELECT event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, COALESCE(sequence, outbox_id) FROM f
+			INSERT INTO outbox (event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, sequence, traceparent, tracestate)
+			SELECT event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, COALESCE(sequence, outbox_id), traceparent, tracestate FROM f
 			RETURNING id, event_id, sequence
 		), a AS (
 			INSERT INTO outbox_redrive (failed_id, failed_outbox_id, new_outbox_id, event_id, sequence, event_type, error_message, failed_at, redriven_by)

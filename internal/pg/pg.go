@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/telemetry"
 )
 
 // Options are the pool settings every service shares.
@@ -62,7 +63,7 @@ type DB struct {
 }
 
 // Open connects a pool to databaseURL with o and checks that the database
-// answers. A zero field of o keeps pgx's default.
+// answers. With tracing on (internal/telemetry) its statements are spans. A zero field of o keeps pgx's default.
 func Open(ctx context.Context, databaseURL string, o Options) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
@@ -73,6 +74,11 @@ func Open(ctx context.Context, databaseURL string, o Options) (*DB, error) {
 	}
 	if o.StatementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	}
+	if telemetry.Enabled() {
+		// Statements under a traced request or handler become its child
+		// spans; without tracing the pool carries no tracer at all.
+		cfg.ConnConfig.Tracer = telemetry.PgxTracer{}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package service is how every binary of the pipeline starts: a context that
 // ends on SIGINT or SIGTERM, a JSON slog logger on stderr carrying the
 // service's name, the configuration read from the environment, run(ctx)
-// error, and the exit code.
+// error, and the exit code. Tracing is set up around run from the standard
+// OTEL_* variables (internal/telemetry).
 //
 // A binary started with the single argument -config-vars prints the
 // variables its configuration reads, as JSON, and exits: the deployment tests
@@ -17,8 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/telemetry"
 )
 
 // ErrKey is the attribute key of an error in every log record.
@@ -57,13 +60,33 @@ func Run[C any](ctx context.Context, name string, args []string, lookup func(str
 	if err != nil {
 		err = fmt.Errorf("%s configuration: %w", name, err)
 	} else {
-		err = run(ctx, cfg, logger)
+		err = traced(ctx, name, lookup, logger, func() error { return run(ctx, cfg, logger) })
 	}
 	if err != nil {
 		logger.Error(name+" failed", ErrKey, err)
 		return 1
 	}
 	return 0
+}
+
+// flushTimeout bounds the flush of the spans still buffered at exit.
+const flushTimeout = 5 * time.Second
+
+// traced sets up tracing from the standard OTEL_* variables
+// (internal/telemetry) around run, and flushes the spans run left buffered.
+// A failed flush is logged: the work itself is done.
+func traced(ctx context.Context, name string, lookup func(string) (string, bool), logger *slog.Logger, run func() error) error {
+	shutdown, err := telemetry.Setup(ctx, name, lookup)
+	if err != nil {
+		return err
+	}
+	err = run()
+	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+	defer cancel()
+	if ferr := shutdown(flushCtx); ferr != nil {
+		logger.Warn("spans lost at exit", ErrKey, ferr)
+	}
+	return err
 }
 
 // NewLogger returns the JSON logger of service name writing to w; every

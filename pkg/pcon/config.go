@@ -134,6 +134,15 @@ type Config struct {
 	OnAssigned func(group string, ps []PartitionEvent)
 	OnRevoked  func(group string, ps []PartitionEvent)
 
+	// OnDeadLetter, when set, is called before a record is published to its
+	// dead-letter topic dlt, from the goroutine that publishes it; the
+	// function it returns, when not nil, is called with the publish's
+	// outcome. Like a handler it must not keep the Record. It is how a
+	// tracing package (pcontrace) adds a span per dead-letter publish
+	// without pcon depending on one. The record is published with its own
+	// headers whatever the hook does.
+	OnDeadLetter func(r *Record, dlt string) (done func(error))
+
 	// InstanceID makes this Consumer a static member of the group (KIP-345):
 	// a member restarted with the same InstanceID within the session
 	// timeout gets its partitions back without a rebalance of the others.

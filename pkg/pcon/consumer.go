@@ -418,7 +418,17 @@ func (c *Consumer) deadLetter(_ context.Context, payload any, cause error, attem
 	add(HeaderAttempts, strconv.Itoa(attempts))
 	add(HeaderReason, deadLetterReason(cause))
 	add(HeaderDeadLetteredAt, time.Now().UTC().Format(time.RFC3339Nano))
-	if _, _, err := (*p).SendMessage(msg); err != nil {
+	var done func(error)
+	if c.cfg.OnDeadLetter != nil {
+		var rec Record
+		fill(&rec, payload.(*fetched), nil)
+		done = c.cfg.OnDeadLetter(&rec, msg.Topic)
+	}
+	_, _, err := (*p).SendMessage(msg)
+	if done != nil {
+		done(err)
+	}
+	if err != nil {
 		return fmt.Errorf("pcon: publish to %s: %w", msg.Topic, err)
 	}
 	c.log.Warn("pcon: record dead-lettered", "topic", r.Topic, "partition", r.Partition,

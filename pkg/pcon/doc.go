@@ -180,6 +180,11 @@
 // pconprom exports them to Prometheus as pcon_* metrics. Pausing and
 // resuming are logged with the load.
 //
+// pcon itself imports no tracing library. Package pcontrace traces a
+// Consumer with OpenTelemetry from outside: it wraps the handler given to
+// New (a span per call, linked to each record's creation context) and
+// supplies Config.OnDeadLetter (a span per dead-letter publish).
+//
 // # Goroutines and concurrency
 //
 //   - New starts nothing. Run starts sarama's goroutines and pcon's own: one

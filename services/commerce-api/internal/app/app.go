@@ -15,6 +15,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
+	"github.com/loopers/commerce-pipeline/internal/telemetry"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
@@ -102,6 +103,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	h, err := api.NewHandler(deps)
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
+	}
+	if telemetry.Enabled() {
+		h = telemetry.HTTPHandler(h)
 	}
 	admin, err := api.NewAdminHandler(deps)
 	if err != nil {

@@ -103,6 +103,7 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 	if err != nil {
 		return Product{}, err
 	}
+	ctx, e, span := outbox.StartCreate(ctx, e)
 	var p Product
 	err = s.pool.Pool.QueryRow(ctx, `WITH p AS (SELECT `+productColumns+` WHERE p.id = $1),
 		viewed AS (`+outbox.InsertFromSQL("p", 2)+`)
@@ -110,8 +111,11 @@ func (s *Store) ViewProduct(ctx context.Context, id int64, viewer string) (Produ
 		append([]any{id}, e.Values()...)...).
 		Scan(&p.ID, &p.Name, &p.Price, &p.Stock, &p.LikeCount, &p.SalesCount, &p.SalesAmount, &p.ViewCount, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
+		// No product, no view row: the span's context is stored nowhere.
+		outbox.EndCreate(span, nil)
 		return Product{}, productFound(id, 0, nil)
 	}
+	outbox.EndCreate(span, err)
 	if err != nil {
 		return Product{}, fmt.Errorf("product %d: %w", id, mapErr(err))
 	}

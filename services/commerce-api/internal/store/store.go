@@ -148,8 +148,10 @@ func (s *Store) changeWithEvent(ctx context.Context, change string, args []any, 
 	if err != nil {
 		return false, err
 	}
+	ctx, e, span := outbox.StartCreate(ctx, e)
 	tag, err := s.pool.Pool.Exec(ctx, `WITH changed AS (`+change+`) `+outbox.InsertFromSQL("changed", len(args)+1),
 		append(args, e.Values()...)...)
+	outbox.EndCreate(span, err)
 	if err != nil {
 		return false, err
 	}

@@ -107,7 +107,7 @@ func (w *recordWriter) write(ctx context.Context, m Message) (*kgo.Record, error
 	n2 := len(buf)
 	buf = strconv.AppendInt(buf, m.Sequence, 10)
 	n3 := len(buf)
-	hs := make([]kgo.RecordHeader, headerCount)
+	hs := make([]kgo.RecordHeader, headerCount, headerCount+traceHeaders(m))
 	copy(hs, sh.template[:])
 	hs[atID].Value = buf[:n1:n1]
 	aggID := buf[n1:n2:n2]
@@ -119,7 +119,7 @@ func (w *recordWriter) write(ctx context.Context, m Message) (*kgo.Record, error
 		buf = m.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
 		hs[atTime].Value = buf[n3:len(buf):len(buf)]
 	}
-	r := &kgo.Record{Topic: sh.topic, Key: aggID, Headers: hs}
+	r := &kgo.Record{Topic: sh.topic, Key: aggID, Headers: appendTrace(hs, m)}
 	if len(m.Data) > 0 { // nor a value for empty data
 		r.Value = m.Data
 	}
@@ -198,7 +198,56 @@ func (w *recordWriter) viaSDK(ctx context.Context, m Message) (*kgo.Record, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnpublishable, err)
 	}
-	return binaryRecord(ctx, &ce, topic, m.AggregateID)
+	r, err := binaryRecord(ctx, &ce, topic, m.AggregateID)
+	if err != nil {
+		return nil, err
+	}
+	r.Headers = appendTrace(r.Headers, m)
+	return r, nil
+}
+
+// The headers of the trace context. The CloudEvents distributed-tracing
+// extension's attributes are traceparent and tracestate, which the Kafka
+// binding writes with its "ce_" prefix; the plain W3C names are what
+// OpenTelemetry's Kafka propagation reads. Both carry the stored values,
+// unchanged.
+const (
+	headerTraceParent   = "traceparent"
+	headerTraceState    = "tracestate"
+	headerCETraceParent = "ce_" + headerTraceParent
+	headerCETraceState  = "ce_" + headerTraceState
+)
+
+// traceHeaders returns how many trace headers m's record carries.
+func traceHeaders(m Message) int {
+	if m.TraceParent == "" {
+		return 0
+	}
+	n := 2
+	if m.TraceState != "" {
+		n += 2
+	}
+	return n
+}
+
+// appendTrace appends m's trace context headers to hs. A trace state
+// without a parent means nothing (W3C Trace Context) and is not written.
+func appendTrace(hs []kgo.RecordHeader, m Message) []kgo.RecordHeader {
+	if m.TraceParent == "" {
+		return hs
+	}
+	// One allocation holds both values; each is shared by its two headers
+	// (the producer only reads them).
+	buf := make([]byte, 0, len(m.TraceParent)+len(m.TraceState))
+	buf = append(buf, m.TraceParent...)
+	tp := buf[:len(buf):len(buf)]
+	hs = append(hs, kgo.RecordHeader{Key: headerTraceParent, Value: tp}, kgo.RecordHeader{Key: headerCETraceParent, Value: tp})
+	if m.TraceState != "" {
+		buf = append(buf, m.TraceState...)
+		ts := buf[len(tp):]
+		hs = append(hs, kgo.RecordHeader{Key: headerTraceState, Value: ts}, kgo.RecordHeader{Key: headerCETraceState, Value: ts})
+	}
+	return hs
 }
 
 // binaryRecord writes ce to a record of topic keyed by key, with the SDK's

@@ -34,6 +34,12 @@ type Message struct {
 	AggregateID   string
 	Data          []byte // the record shares it: it must not change until the outcome is known
 	Time          time.Time
+	// TraceParent and TraceState are the W3C trace context stored with the
+	// row by its writer. The record carries them unchanged, as the plain
+	// headers traceparent and tracestate and as the CloudEvents
+	// distributed-tracing extension (ce_traceparent, ce_tracestate). Empty:
+	// no such header.
+	TraceParent, TraceState string
 }
 
 // Unpublishable reports whether err can never succeed on retry:

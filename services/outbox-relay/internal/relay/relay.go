@@ -282,10 +282,7 @@ func (r *Relay) newTerm(ctx context.Context, f store.Fence) (*term, error) {
 func (t *term) prepare(ctx context.Context, rows []store.Row, readNow, readSent time.Time) []*entry {
 	msgs := make([]publisher.Message, len(rows))
 	for i, row := range rows {
-		msgs[i] = publisher.Message{
-			Sequence: row.Sequence, EventID: row.EventID, Type: row.EventType, Source: row.Source,
-			AggregateType: row.AggregateType, AggregateID: row.AggregateID, Data: row.Payload, Time: row.CreatedAt,
-		}
+		msgs[i] = messageOf(row)
 	}
 	prep := t.r.pub.Prepare(ctx, msgs)
 	out := make([]*entry, len(rows))

@@ -89,6 +89,9 @@ type Row struct {
 	// Ready reports whether the row may be sent now: it has no next_retry_at,
 	// or it has passed.
 	Ready bool
+	// TraceParent and TraceState are the W3C trace context its writer
+	// stored (migration 00016), published unchanged; empty when NULL.
+	TraceParent, TraceState string
 }
 
 // Batch is one read of the outbox and the snapshot it was read in.
@@ -108,7 +111,7 @@ type Batch struct {
 const readBatch = `
 SELECT s.snap::text, s.now,
        o.id, COALESCE(o.sequence, o.id), o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
-       (o.next_retry_at IS NULL OR o.next_retry_at <= s.now)
+       (o.next_retry_at IS NULL OR o.next_retry_at <= s.now), o.traceparent, o.tracestate
 FROM (SELECT pg_current_snapshot() AS snap, clock_timestamp() AS now) s
 LEFT JOIN LATERAL (
     SELECT * FROM outbox WHERE id > $1 ORDER BY id LIMIT $2
@@ -132,6 +135,7 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 		// values, which cost no allocation per column.
 		id, seq                           pgtype.Int8
 		eventID, typ, src, aggType, aggID pgtype.Text
+		traceParent, traceState           pgtype.Text
 		payload                           []byte
 		createdAt                         pgtype.Timestamptz
 		ready                             pgtype.Bool
@@ -139,7 +143,7 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 	b.Rows = make([]Row, 0, limit)
 	for rows.Next() {
 		payload = nil // a fresh array per row: the row keeps it
-		if err := rows.Scan(snapDst, nowDst, &id, &seq, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready); err != nil {
+		if err := rows.Scan(snapDst, nowDst, &id, &seq, &eventID, &typ, &src, &aggType, &aggID, &payload, &createdAt, &ready, &traceParent, &traceState); err != nil {
 			return Batch{}, fmt.Errorf("scan outbox row: %w", pg.MapErr(err))
 		}
 		snapDst, nowDst = nil, nil
@@ -149,7 +153,7 @@ func (s *Store) ReadBatch(ctx context.Context, after int64, limit int) (Batch, e
 		b.Rows = append(b.Rows, Row{
 			ID: id.Int64, Sequence: seq.Int64, EventID: eventID.String, EventType: typ.String, Source: src.String,
 			AggregateType: aggType.String, AggregateID: aggID.String, Payload: payload,
-			CreatedAt: createdAt.Time, Ready: ready.Bool,
+			CreatedAt: createdAt.Time, Ready: ready.Bool, TraceParent: traceParent.String, TraceState: traceState.String,
 		})
 	}
 	if err := rows.Err(); err != nil {
@@ -215,8 +219,8 @@ WITH c AS (
     WHERE id = 1 AND last_processed_id = @from AND ` + fenceHeld + `
     RETURNING 1
 ), f AS (
-    INSERT INTO outbox_failed (outbox_id, event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, error_message)
-    SELECT o.id, o.event_id, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at, x.err
+    INSERT INTO outbox_failed (outbox_id, event_id, event_type, source, aggregate_type, aggregate_id, payload, created_at, error_message, traceparent, tracestate)
+    SELECT o.id, o.event_id, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at, x.err, o.traceparent, o.tracestate
     FROM unnest(@ids::bigint[], @errs::text[]) AS x(id, err)
     JOIN outbox o ON o.id = x.id
     WHERE EXISTS (SELECT 1 FROM c)
@@ -294,7 +298,8 @@ func nonNil(v []int64) []int64 {
 // order, as ReadBatch reads rows (every one ready).
 func (s *Store) Held(ctx context.Context) ([]Row, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT o.id, COALESCE(o.sequence, o.id), o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at
+		SELECT o.id, COALESCE(o.sequence, o.id), o.event_id::text, o.event_type, o.source, o.aggregate_type, o.aggregate_id, o.payload, o.created_at,
+		       COALESCE(o.traceparent, ''), COALESCE(o.tracestate, '')
 		FROM outbox_held h JOIN outbox o ON o.id = h.outbox_id
 		ORDER BY o.id`)
 	if err != nil {
@@ -302,7 +307,8 @@ func (s *Store) Held(ctx context.Context) ([]Row, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		x := Row{Ready: true}
-		err := r.Scan(&x.ID, &x.Sequence, &x.EventID, &x.EventType, &x.Source, &x.AggregateType, &x.AggregateID, &x.Payload, &x.CreatedAt)
+		err := r.Scan(&x.ID, &x.Sequence, &x.EventID, &x.EventType, &x.Source, &x.AggregateType, &x.AggregateID, &x.Payload, &x.CreatedAt,
+			&x.TraceParent, &x.TraceState)
 		return x, err
 	})
 	if err != nil {

@@ -86,6 +86,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		// keep the group's own name (consumer.Spec), so a prefix never
 		// makes an event apply twice.
 		group, topic := cfg.Kafka.Group(spec.Group), cfg.Kafka.Topic(spec.Topic)
+		handler, onDeadLetter := consumer.Traced(spec, group)
 		c, err := pcon.New(pcon.Config{
 			Brokers:     cfg.Kafka.Brokers,
 			Group:       group,
@@ -103,7 +104,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Logger:         logger.With("consumer", name), // pcon names the group itself
 			OnAssigned:     member.OnAssigned,
 			OnRevoked:      member.OnRevoked,
-		}, spec.Handler)
+			OnDeadLetter:   onDeadLetter,
+		}, handler)
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)
 		}

@@ -135,7 +135,10 @@ func (h *Handlers) invalidate(ctx context.Context, ids []int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, invalidateTimeout)
 	defer cancel()
-	if err := h.cache.Invalidate(ctx, ids...); err != nil {
+	ctx, end := child(ctx, "cache invalidate", attrProducts.Int(len(ids)))
+	err := h.cache.Invalidate(ctx, ids...)
+	end(err)
+	if err != nil {
 		h.invalidateFailed.Inc()
 		h.logger.Warn("product cache invalidation failed", "products", len(ids), service.ErrKey, err)
 	}
@@ -253,7 +256,9 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	for i, it := range paid.Items {
 		sales[i] = store.Sale{ProductID: it.ProductID, Quantity: it.Quantity, Amount: it.Quantity * it.UnitPrice}
 	}
-	applied, err := h.store.ApplyOrderPaid(ctx, idempotencyKey(OrderGroup, msg), sales)
+	txCtx, end := child(ctx, "aggregate sales", attrProducts.Int(len(sales)))
+	applied, err := h.store.ApplyOrderPaid(txCtx, idempotencyKey(OrderGroup, msg), sales)
+	end(err)
 	if err != nil {
 		return storeErr(err)
 	}
@@ -261,9 +266,11 @@ func (h *Handlers) order(ctx context.Context, r *pcon.Record) error {
 	if !applied {
 		h.logger.Debug("event already handled", "type", msg.Type, "id", msg.ID, "action", "skip")
 		h.count(Order, "duplicate", 1)
+		markOutcome(ctx, Order, 0, 1)
 		return nil
 	}
 	h.count(Order, "applied", 1)
+	markOutcome(ctx, Order, 1, 0)
 	ids := make([]int64, len(sales))
 	for i, sale := range sales {
 		ids[i] = sale.ProductID
@@ -282,7 +289,10 @@ func (h *Handlers) stock(ctx context.Context, r *pcon.Record) error {
 		return unexpected(msg)
 	}
 	// Deleting is idempotent, so no idempotency record is needed.
-	if err := h.cache.Invalidate(ctx, depleted.ProductID); err != nil {
+	invCtx, end := child(ctx, "cache invalidate", attrProducts.Int(1))
+	err = h.cache.Invalidate(invCtx, depleted.ProductID)
+	end(err)
+	if err != nil {
 		return fmt.Errorf("invalidate product %d: %w", depleted.ProductID, err)
 	}
 	h.timed(r, msg.Type, time.Now())
@@ -343,10 +353,13 @@ func (h *Handlers) views(ctx context.Context, rs []*pcon.Record) error {
 		viewed = append(viewed, i)
 	}
 	if len(views) > 0 {
-		applied, err := h.store.ApplyViews(ctx, views)
+		txCtx, end := child(ctx, "aggregate views", attrEvents.Int(len(views)))
+		applied, err := h.store.ApplyViews(txCtx, views)
+		end(err)
 		if err != nil {
 			return storeErr(err) // every record of the batch is retried, alone
 		}
+		markOutcome(ctx, View, applied, len(views)-applied)
 		done := time.Now()
 		for _, i := range viewed {
 			h.timed(recs[i], msgs[i].Type, done)
@@ -378,10 +391,13 @@ func (h *Handlers) likes(ctx context.Context, rs []*pcon.Record) error {
 		}
 	}
 	if len(changes) > 0 {
-		res, err := h.store.ApplyLikes(ctx, changes)
+		txCtx, end := child(ctx, "aggregate likes", attrEvents.Int(len(changes)))
+		res, err := h.store.ApplyLikes(txCtx, changes)
+		end(err)
 		if err != nil {
 			return storeErr(err)
 		}
+		markOutcome(ctx, Like, res.Transitions, len(changes)-res.Transitions)
 		done := time.Now()
 		h.learnIssued(res.Issued)
 		for i, r := range recs {

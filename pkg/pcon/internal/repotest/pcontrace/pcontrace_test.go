@@ -1,0 +1,245 @@
+package pcontrace_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/go-cmp/cmp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/loopers/commerce-pipeline/internal/kafka"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/pcontrace"
+)
+
+const waitLong = 90 * time.Second
+
+// traced is a test's topic with records each created under a span of its
+// own, and the recorder of the consumer's spans.
+type traced struct {
+	k        *testenv.KafkaEnv
+	topic    string
+	created  map[string]trace.SpanContext // record value → creation context
+	recorder *tracetest.SpanRecorder
+	tp       *sdktrace.TracerProvider
+}
+
+func newTraced(t *testing.T) *traced {
+	t.Helper()
+	k := testenv.Kafka(t, "t", "t.DLT")
+	rec := tracetest.NewSpanRecorder()
+	return &traced{k: k, topic: k.Topic("t"), created: map[string]trace.SpanContext{}, recorder: rec,
+		tp: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}
+}
+
+// produce writes one record per key, each carrying the W3C context of a
+// create span of its own (from a provider apart from the consumer's), in
+// the header names headers maps the W3C names to.
+func (tr *traced) produce(t *testing.T, keys []string, headers map[string]string) {
+	t.Helper()
+	producer := sdktrace.NewTracerProvider().Tracer("producer")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(tr.k.Brokers...), kgo.DefaultProduceTopic(tr.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i, key := range keys {
+		ctx, span := producer.Start(context.Background(), "create")
+		span.End()
+		c := propagation.MapCarrier{}
+		propagation.TraceContext{}.Inject(ctx, c)
+		value := fmt.Sprintf("v%d", i)
+		r := &kgo.Record{Key: []byte(key), Value: []byte(value)}
+		for w3c, name := range headers {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(c[w3c])})
+		}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		tr.created[value] = span.SpanContext()
+	}
+}
+
+func (tr *traced) config(group string) pcon.Config {
+	sc := kafka.Settings{}.Config("pcontrace-test")
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Consumer.MaxWaitTime = 50 * time.Millisecond
+	return pcon.Config{Brokers: tr.k.Brokers, Group: tr.k.Prefix + group, Topics: []string{tr.topic}, Sarama: sc,
+		Backoff: 10 * time.Millisecond, CommitInterval: 50 * time.Millisecond, RevokeGrace: 3 * time.Second,
+		Logger: slog.New(slog.DiscardHandler)}
+}
+
+// run consumes until done is closed.
+func run(t *testing.T, cfg pcon.Config, h pcon.Handler, done <-chan struct{}) {
+	t.Helper()
+	c, err := pcon.New(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(context.Background()) }()
+	select {
+	case <-done:
+	case <-time.After(waitLong):
+		t.Error("the records were not all handled in time")
+	}
+	c.Close()
+	if err := <-errc; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestBatchLinks: a hot key's records are handled in key-run batches; every
+// process span has exactly one link per record it handled, each record is
+// linked exactly once overall, to its own creation context, and no span is
+// without a link.
+func TestBatchLinks(t *testing.T) {
+	t.Parallel()
+	tr := newTraced(t)
+	keys := make([]string, 40)
+	for i := range keys {
+		keys[i] = "hot"
+		if i%5 == 0 {
+			keys[i] = fmt.Sprintf("cold-%d", i)
+		}
+	}
+	tr.produce(t, keys, map[string]string{"traceparent": "traceparent", "tracestate": "tracestate"})
+	var (
+		mu      sync.Mutex
+		handled = map[string]bool{}
+		done    = make(chan struct{})
+		runs    int // calls with more than one record of a key
+	)
+	h := pcontrace.BatchHandler(func(ctx context.Context, rs []*pcon.Record) error {
+		time.Sleep(20 * time.Millisecond) // let the hot key's records queue up into runs
+		mu.Lock()
+		defer mu.Unlock()
+		perKey := map[string]int{}
+		for _, r := range rs {
+			handled[string(r.Value)] = true
+			perKey[string(r.Key)]++
+		}
+		if perKey["hot"] > 1 {
+			runs++
+		}
+		if len(handled) == len(keys) && done != nil {
+			close(done)
+			done = nil
+		}
+		return nil
+	}, pcontrace.Options{Group: "g", TracerProvider: tr.tp})
+	run(t, tr.config("batch"), h, done)
+	if runs == 0 {
+		t.Error("no batch held a run of the hot key")
+	}
+
+	linked := map[string]int{}
+	for _, s := range tr.recorder.Ended() {
+		if !strings.HasPrefix(s.Name(), "process ") || s.SpanKind() != trace.SpanKindConsumer {
+			t.Errorf("span %q kind %s", s.Name(), s.SpanKind())
+			continue
+		}
+		var count int64
+		for _, kv := range s.Attributes() {
+			if kv.Key == "messaging.batch.message_count" {
+				count = kv.Value.AsInt64()
+			}
+		}
+		if len(s.Links()) == 0 || int64(len(s.Links())) != count {
+			t.Errorf("%s: %d links for %d records", s.Name(), len(s.Links()), count)
+		}
+		for _, l := range s.Links() {
+			for value, sc := range tr.created {
+				if sc.Equal(l.SpanContext.WithRemote(false)) {
+					linked[value]++
+				}
+			}
+		}
+	}
+	want := map[string]int{}
+	for value := range tr.created {
+		want[value] = 1
+	}
+	if diff := cmp.Diff(want, linked); diff != "" {
+		t.Errorf("links per record (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeadLetterKeepsTheContext: a record that fails permanently is
+// processed as a child of its creation context (Options.Parent, read from
+// the CloudEvents ce_traceparent header), dead-lettered with its headers
+// unchanged, and its dead-letter publish is a send span linked to the
+// creation context.
+func TestDeadLetterKeepsTheContext(t *testing.T) {
+	t.Parallel()
+	tr := newTraced(t)
+	tr.produce(t, []string{"k"}, map[string]string{"traceparent": "ce_traceparent"})
+	created := tr.created["v0"]
+	opts := pcontrace.Options{Group: "g", Parent: true, TracerProvider: tr.tp}
+	cfg := tr.config("dlt")
+	cfg.MaxAttempts = 1
+	dlt := pcontrace.DeadLetter(opts)
+	done := make(chan struct{})
+	cfg.OnDeadLetter = func(r *pcon.Record, topic string) func(error) {
+		end := dlt(r, topic)
+		return func(err error) { end(err); close(done) }
+	}
+	h := pcontrace.RecordHandler(func(context.Context, *pcon.Record) error {
+		return pcon.Permanent(errors.New("poison"))
+	}, opts)
+	run(t, cfg, h, done)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(tr.k.Brokers...), kgo.ConsumeTopics(tr.topic+".DLT"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	fs := cl.PollRecords(ctx, 1)
+	if fs.Err() != nil || len(fs.Records()) != 1 {
+		t.Fatalf("read the dead letter: %v, %d records", fs.Err(), len(fs.Records()))
+	}
+	want := fmt.Sprintf("00-%s-%s-01", created.TraceID(), created.SpanID())
+	kept := ""
+	for _, h := range fs.Records()[0].Headers {
+		if h.Key == "ce_traceparent" {
+			kept = string(h.Value)
+		}
+	}
+	if kept != want {
+		t.Errorf("dead letter's ce_traceparent %q, want the original %q", kept, want)
+	}
+
+	got := map[string]string{}
+	for _, s := range tr.recorder.Ended() {
+		switch s.Name() {
+		case "process " + tr.topic:
+			got["process parent"] = s.Parent().SpanID().String()
+		case "send " + tr.topic + ".DLT":
+			if len(s.Links()) == 1 {
+				got["send link"] = s.Links()[0].SpanContext.SpanID().String()
+			}
+			got["send kind"] = s.SpanKind().String()
+		default:
+			t.Errorf("unexpected span %q", s.Name())
+		}
+	}
+	if diff := cmp.Diff(map[string]string{"process parent": created.SpanID().String(), "send link": created.SpanID().String(),
+		"send kind": trace.SpanKindProducer.String()}, got); diff != "" {
+		t.Errorf("spans (-want +got):\n%s", diff)
+	}
+}
