@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
+	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
 // pgCluster is a PostgreSQL server of the relay arm's own: initdb into a
@@ -205,7 +206,7 @@ func (c *pgCluster) close() {
 		err = <-c.done
 	}
 	if err != nil {
-		slog.Warn("the arm's PostgreSQL did not shut down cleanly", "err", err)
+		slog.Warn("the arm's PostgreSQL did not shut down cleanly", service.ErrKey, err)
 	}
 	_ = os.RemoveAll(c.dir)
 }
