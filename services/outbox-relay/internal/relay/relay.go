@@ -6,6 +6,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
@@ -65,6 +67,10 @@ type Relay struct {
 	// t is the pipeline of the lease term the last pass ran in; a pass of a
 	// later term, or after an error, starts a new one from the database.
 	t *term
+
+	// wokenBy is what started the next pass (the service's loop sets it):
+	// its first read's spans say so.
+	wokenBy Wake
 
 	// beforeAdvance, when set by a test, runs before each cursor update: it
 	// stands for a process paused between publishing and confirming.
@@ -132,11 +138,17 @@ func (r *Relay) Pass(ctx context.Context) (res PassResult, err error) {
 	}
 	t := r.t
 	t.res = PassResult{Cursor: t.cursor}
+	t.passStart, t.woken = start, cmp.Or(r.wokenBy, WokenByPoll)
+	r.wokenBy = ""
 	defer func() {
 		if err != nil {
 			r.t = nil // the next pass starts again from the database
 		}
 		res = t.res
+		if t.passSpan != nil {
+			endPass(t.passSpan, res, err)
+			t.passCtx, t.passSpan = nil, nil
+		}
 		if res.Published+res.Failed+res.Held > 0 {
 			r.logger.Info("relay completed", "success", res.Published, "failed", res.Failed, "held", res.Held, "lastOffset", res.Cursor)
 		}
@@ -194,6 +206,10 @@ type entry struct {
 	passed            bool // the cursor passed it (it is held until published or failed)
 	alone             bool // refused as too large with batch-mates: sent alone next
 	gen               int  // incremented by each produce; an outcome of an earlier one is stale
+	// sent is the send spans of the batch that first produced the row, until
+	// that produce's outcome (nil when tracing is off).
+	sent *sentBatch
+	idx  int // the row's index in sent
 	// abort fails the record in the producer if it has not been written
 	// yet (the producer fails the records behind it in its partition too).
 	abort context.CancelFunc
@@ -209,6 +225,14 @@ type unit struct {
 	rows    []*entry
 	due     time.Time
 	sending bool // the first is being sent alone
+}
+
+// sentBatch is the send spans of the rows one read produced, ended once
+// each of those rows' first produce has its outcome.
+type sentBatch struct {
+	s    *sends
+	errs []error
+	left int
 }
 
 type outcome struct {
@@ -234,6 +258,13 @@ type term struct {
 	// attempts counts the retries of an aggregate since its last success,
 	// for the backoff.
 	attempts map[string]int
+
+	// The pass's span (started by its first read with rows), what woke the
+	// read under way, and when the pass began.
+	passCtx   context.Context
+	passSpan  trace.Span
+	woken     Wake
+	passStart time.Time
 
 	inflight, inBytes int // records and bytes in the producer
 	waiting           int // rows held back in memory, not in the producer
@@ -383,6 +414,13 @@ func (t *term) settle(o outcome) {
 	if !o.alone {
 		t.inflight--
 		t.inBytes -= e.size
+	}
+	if sb := e.sent; sb != nil && o.gen == 1 {
+		e.sent = nil
+		sb.errs[e.idx] = o.err
+		if sb.left--; sb.left == 0 {
+			endSends(sb.s, sb.errs)
+		}
 	}
 	if o.gen != e.gen || e.state != producing {
 		if e.state == failed && o.err == nil {
@@ -614,10 +652,10 @@ func (t *term) run(ctx, stop context.Context) error {
 			rd.stop()
 		}
 	}()
-	startReading := func() {
-		rd, reread, polled = r.startReader(ctx, t.readPos), false, time.Now()
+	startReading := func(woken Wake) {
+		rd, reread, polled, t.woken = r.startReader(ctx, t.readPos), false, time.Now(), woken
 	}
-	startReading()
+	startReading(t.woken)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -653,7 +691,7 @@ func (t *term) run(ctx, stop context.Context) error {
 		// the memory growing without end.
 		room := t.inflight < r.cfg.Window && t.inBytes < r.cfg.WindowBytes && t.waiting < 8*r.cfg.Window
 		if rd == nil && !stopping && (reread || time.Since(polled) >= r.cfg.Interval && len(t.queue) > 0) {
-			startReading()
+			startReading(WokenByPoll)
 		}
 		if rd == nil && len(t.queue) == 0 && t.writing == nil && t.passed == t.cursor &&
 			len(t.failed)+len(t.toHold)+len(t.settled) == 0 {
@@ -703,7 +741,7 @@ func (t *term) run(ctx, stop context.Context) error {
 			}
 		case <-wake:
 			if rd == nil {
-				startReading()
+				startReading(WokenByNotification)
 			} else {
 				reread = true
 			}
@@ -713,7 +751,7 @@ func (t *term) run(ctx, stop context.Context) error {
 		}
 		if rd != nil && reread && len(rd.results) == 0 && rd.finished() {
 			rd.stop()
-			startReading()
+			startReading(WokenByPoll)
 		}
 	}
 }
@@ -726,8 +764,34 @@ func (t *term) take(ctx context.Context, b store.Batch) (more, newGap bool) {
 	r.gaps.recorded = false
 	rows := r.sendable(ctx, t.readPos, b)
 	if len(rows) > 0 {
-		for _, e := range t.prepare(ctx, rows, b.Now, b.Sent) {
-			t.queue = append(t.queue, e)
+		recordOutboxWait(b, rows, t.woken)
+		if t.passSpan == nil {
+			t.passCtx, t.passSpan = startPass(ctx, t.passStart, t.woken)
+		}
+		entries := t.prepare(ctx, rows, b.Now, b.Sent)
+		t.queue = append(t.queue, entries...)
+		// The rows this read hands to the producer share a send span per
+		// topic; those held back behind their aggregate or unmappable do
+		// not.
+		var sent []*entry
+		for _, e := range entries {
+			if e.mapErr == nil && t.blocked[e.unit] == nil {
+				sent = append(sent, e)
+			}
+		}
+		if len(sent) > 0 {
+			sentRows := make([]store.Row, len(sent))
+			for i, e := range sent {
+				sentRows[i] = e.row
+			}
+			if s := startSends(t.passCtx, sentRows); s != nil {
+				sb := &sentBatch{s: s, errs: make([]error, len(sent)), left: len(sent)}
+				for i, e := range sent {
+					e.sent, e.idx = sb, i
+				}
+			}
+		}
+		for _, e := range entries {
 			t.route(ctx, e)
 		}
 		t.readPos = rows[len(rows)-1].ID

@@ -132,7 +132,9 @@ func (s *Service) passes(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.relay.wake:
+			s.relay.wokenBy = WokenByNotification
 		case <-timer.C:
+			s.relay.wokenBy = WokenByPoll
 		}
 		if _, err := s.relay.Pass(ctx); err != nil && ctx.Err() == nil {
 			level := slog.LevelError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,6 +113,46 @@ func TestTraceThroughTheRelay(t *testing.T) {
 	if stored[plain] != "" {
 		t.Errorf("the row written without a context stored %q", stored[plain])
 	}
+	// The pass hung its spans on the stored contexts: an outbox wait span
+	// under each create span, and one send span linked to both records (the
+	// row without a context has no link).
+	waits := map[string]string{} // event id → its wait span's parent
+	for _, s := range telemetrytest.Ended(telemetrytest.InTrace(request.SpanContext().TraceID())) {
+		if s.Name() == "outbox wait like-events" {
+			waits[attrs(s)["messaging.message.id"].AsString()] = traceparentOf(request.SpanContext().TraceID(), s.Parent().SpanID())
+		}
+	}
+	wantWaits := map[string]string{}
+	for id := range ids {
+		wantWaits[id] = creates[id]
+	}
+	if diff := cmp.Diff(wantWaits, waits); diff != "" {
+		t.Errorf("outbox wait spans' parents by event (-want +got):\n%s", diff)
+	}
+	sends := telemetrytest.Ended(telemetrytest.LinkedTo(request.SpanContext().TraceID()))
+	var links []string
+	for _, s := range sends {
+		if s.Name() != "send like-events" {
+			continue
+		}
+		for _, l := range s.Links() {
+			links = append(links, traceparent(l.SpanContext))
+		}
+	}
+	slices.Sort(links)
+	var wantLinks []string
+	for id := range ids {
+		wantLinks = append(wantLinks, creates[id])
+	}
+	slices.Sort(wantLinks)
+	if diff := cmp.Diff(wantLinks, links); diff != "" {
+		t.Errorf("the pass's send span links (-want +got):\n%s", diff)
+	}
+}
+
+// traceparentOf is the traceparent of span in trace, sampled.
+func traceparentOf(tid trace.TraceID, sid trace.SpanID) string {
+	return "00-" + tid.String() + "-" + sid.String() + "-01"
 }
 
 // TestRelaySpans: for rows read from the outbox, the outbox wait spans are
