@@ -56,6 +56,11 @@ func TestMaxRunningBoundsDispatchNotBuffer(t *testing.T) {
 			if diff := cmp.Diff(tt.wantPauses, h.pauses); diff != "" {
 				t.Errorf("pauses (-want +got):\n%s", diff)
 			}
+			st := h.c.Stats()
+			wantStats := [3]int{tt.wantFirst, tt.wantFirst, tt.cfg.MaxInFlight} // in flight, its bound, records held
+			if diff := cmp.Diff(wantStats, [3]int{st.InFlight, st.Running, st.Capacity}); diff != "" {
+				t.Errorf("stats: in flight, running bound, capacity (-want +got):\n%s", diff)
+			}
 			h.complete(first[0], nil)
 			if got := len(h.take()); got != tt.wantPerDone {
 				t.Errorf("dispatched %d records after one completion, want %d", got, tt.wantPerDone)

@@ -48,7 +48,7 @@ func testMaxConcurrency(t *testing.T, mode func(*pcon.Consumer), reach bool) {
 		mu            sync.Mutex
 		running, peak int
 	)
-	_, stop := start(t, cfg, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
+	c, stop := start(t, cfg, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 		chk.begin(r)
 		mu.Lock()
 		running++
@@ -65,6 +65,9 @@ func testMaxConcurrency(t *testing.T, mode func(*pcon.Consumer), reach bool) {
 		return nil
 	}), mode)
 	e.waitCommitted(group, endOffsets(recs))
+	if st := c.Stats(); st.Concurrency != limit || st.Capacity != 1000 {
+		t.Errorf("Stats: Concurrency %d, Capacity %d; want %d, 1000", st.Concurrency, st.Capacity, limit)
+	}
 	stop()
 	checkClean(t, chk)
 	mu.Lock()
