@@ -68,11 +68,15 @@
 // it is the memory bound, enforced by pausing fetching (see Backpressure).
 // They are separate because under KeyOrder a handler slot that frees up is
 // filled only if a record of an idle key is already buffered: were the cap
-// and the buffer one budget, every buffered record would take a slot away
-// from a handler, and the handlers would run well below the cap exactly
-// when records queue. So MaxInFlight must not be below MaxConcurrency and
-// defaults to four times it (at least 1000), which with uniform keys keeps
-// a record of an idle key at hand for nearly every freed slot. Setting only
+// and the buffer one budget, fetching would pause as soon as records queue
+// behind busy keys and resume only once running and buffered records
+// together fell to 70 % of the cap, so the calls would dip below the cap
+// on every pause, waiting for the next fetch. So MaxInFlight must not be below MaxConcurrency and
+// defaults to four times it (at least 1000): between the pause at
+// MaxInFlight and the resume at 70 % of it, about two to three records
+// wait per running call, so with keys spread evenly a record of an idle key
+// is nearly always at hand when a call ends, and fetching has the time a
+// few handler calls take to refill the buffer. Setting only
 // MaxInFlight keeps MaxConcurrency equal to it, one budget as before the
 // two were told apart.
 //
