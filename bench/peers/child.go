@@ -62,7 +62,7 @@ func pconPeer(args []string) error {
 	records := fs.Int("records", 0, "")
 	sleepMS := fs.Int("sleep-ms", 0, "")
 	ordering := fs.String("ordering", "KEY", "")
-	concurrency := fs.Int("concurrency", pcon.Config{}.MaxInFlight, "")
+	concurrency := fs.Int("concurrency", pcon.Config{}.MaxConcurrency, "")
 	// Booleans are given as "--name value" pairs, as Peer.java reads them,
 	// which the flag package's boolean flags do not take.
 	checkOrderArg := fs.String("check-order", "true", "")
@@ -103,7 +103,11 @@ func pconPeer(args []string) error {
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg := pcon.Config{
 		Brokers: strings.Split(*brokers, ","), Group: *group, Topics: []string{*topic},
-		Sarama: sc, Ordering: ord, MaxInFlight: *concurrency,
+		Sarama: sc, Ordering: ord,
+		// The cap on handler calls, as the Parallel Consumer's
+		// maxConcurrency caps its handler threads; the records buffered
+		// behind them are bounded by pcon's default MaxInFlight.
+		MaxConcurrency: *concurrency,
 	}
 	h := pcon.RecordHandler(func(_ context.Context, r *pcon.Record) error {
 		if sleep > 0 {

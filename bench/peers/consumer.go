@@ -102,7 +102,7 @@ type consumerCell struct {
 	handler  time.Duration
 	keys     keyset
 	ordering string // KEY, PARTITION or UNORDERED, as the Parallel Consumer names them
-	cap      int    // the concurrency cap: pcon's MaxInFlight, the Parallel Consumer's maxConcurrency
+	cap      int    // the concurrency cap: pcon's MaxConcurrency, the Parallel Consumer's maxConcurrency
 }
 
 func (c consumerCell) String() string {

@@ -113,7 +113,7 @@ func parse(args []string) (options, error) {
 	handlers := fs.String("handlers", "0,1ms,10ms", "consumer handler sleeps per record")
 	keys := fs.String("keys", "uniform,zipf,hot,distinct", "consumer key sets: uniform (1,000 keys), zipf (s = 1.1 over 10,000), hot (one key), distinct")
 	ords := fs.String("orderings", "KEY,PARTITION,UNORDERED", "consumer orderings")
-	caps := fs.String("caps", "100,1000", "concurrency caps, the same on both sides (pcon MaxInFlight, Parallel Consumer maxConcurrency)")
+	caps := fs.String("caps", "100,1000", "concurrency caps, the same on both sides (pcon MaxConcurrency, Parallel Consumer maxConcurrency)")
 	fs.BoolVar(&o.full, "full", false, "run every combination of -handlers, -keys, -orderings and -caps; by default each axis is varied alone from the first cell (1 ms, uniform, KEY, the first cap), and every handler runs at every cap")
 	fs.IntVar(&o.records, "records", 100_000, "records per consumer cell (fewer where the cell's ceiling, cap ÷ handler time, would take longer than -cell-time)")
 	fs.DurationVar(&o.cellTime, "cell-time", 5*time.Second, "how long a sleeping-handler cell runs at its ceiling")

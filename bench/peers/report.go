@@ -98,7 +98,7 @@ func consumerTables(r clusterRun) []table {
 			notes: []string{
 				"Ceiling: the cap (or fewer keys or partitions, whichever runs fewer at once) ÷ the handler's sleep. " +
 					"Records/s from each side's first record handled to its last; CPU is the consumer process's over that window (/proc/<pid>/stat, user + system).",
-				"The cap: pcon's MaxInFlight (records handled plus buffered) and the Parallel Consumer's maxConcurrency (handler threads). " +
+				"The cap: handler calls at once, pcon's MaxConcurrency (its buffer, MaxInFlight, at its default: four times the cap, at least 1,000) and the Parallel Consumer's maxConcurrency (handler threads). " +
 					"The Parallel Consumer: commitMode PERIODIC_CONSUMER_ASYNCHRONOUS, kafka-clients' consumer defaults, auto.offset.reset=earliest; " +
 					"pcon: its defaults, the pipeline's sarama configuration (" + r.versions[pconSide] + ").",
 			},

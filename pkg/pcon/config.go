@@ -64,14 +64,23 @@ type Config struct {
 	// OrderEmptyKeys, in KeyOrder, orders records without a key as if they
 	// shared one key, instead of running them unordered.
 	OrderEmptyKeys bool
-	// MaxInFlight bounds the records being handled at once across all
-	// partitions, and the records buffered: fetching pauses when handled
-	// plus buffered records reach it and resumes at 70 %. Size it to the
-	// concurrency the handler needs: thousands for handlers that wait
-	// milliseconds on I/O. Handlers that only compute run on GOMAXPROCS
-	// workers whatever the bound (see RecordHandler), which then only
-	// buffers: too small a buffer (a hundred) pauses fetching so often
-	// that the workers wait; the default serves. Default 1000.
+	// MaxConcurrency bounds the handler calls of a RecordHandler running at
+	// once across all partitions: the concurrency a handler that waits on
+	// I/O needs, thousands for handlers that wait milliseconds. Handlers
+	// that only compute run on GOMAXPROCS workers whatever the bound (see
+	// RecordHandler). A BatchHandler's calls are bounded by
+	// Batch.Concurrency instead. Default MaxInFlight, which must not be
+	// below it.
+	MaxConcurrency int
+	// MaxInFlight bounds the records held in memory: those being handled,
+	// those buffered behind them, and those waiting for a retry. Fetching
+	// pauses when they reach it and resumes at 70 %. It must leave room
+	// for a buffer beyond MaxConcurrency: under KeyOrder a freed handler
+	// slot is filled only if a record of an idle key is buffered, which
+	// takes a few buffered records per running handler. Too small a buffer
+	// (a hundred) also pauses fetching so often that the workers of
+	// compute-only handlers wait. Default the larger of 1000 and four times
+	// MaxConcurrency.
 	MaxInFlight int
 
 	// MaxAttempts is how many times a failing record is tried before it is
@@ -265,6 +274,7 @@ func (c Config) Validate() error {
 	}
 	nonNegative := map[string]int64{
 		"MaxInFlight":       int64(c.MaxInFlight),
+		"MaxConcurrency":    int64(c.MaxConcurrency),
 		"KeyQueueCapacity":  int64(c.KeyQueueCapacity),
 		"HandlerTimeout":    int64(c.HandlerTimeout),
 		"MaxAttempts":       int64(c.MaxAttempts),
@@ -298,6 +308,9 @@ func (c Config) Validate() error {
 			bad(field, "%v", err)
 		}
 	}
+	if d.MaxInFlight > 0 && d.MaxConcurrency > d.MaxInFlight {
+		bad("MaxConcurrency", "%d must not exceed MaxInFlight (%d)", d.MaxConcurrency, d.MaxInFlight)
+	}
 	if d.MaxInFlight > 0 && d.KeyQueueCapacity > d.MaxInFlight {
 		bad("KeyQueueCapacity", "%d must not exceed MaxInFlight (%d)", d.KeyQueueCapacity, d.MaxInFlight)
 	}
@@ -327,7 +340,9 @@ func (c Config) withDefaults() Config {
 	if c.KeyResolver == nil {
 		c.KeyResolver = RecordKey
 	}
-	setDefault(&c.MaxInFlight, 1000)
+	// The buffer scales with the concurrency asked for: see MaxInFlight.
+	setDefault(&c.MaxInFlight, max(1000, 4*c.MaxConcurrency))
+	setDefault(&c.MaxConcurrency, c.MaxInFlight)
 	setDefault(&c.KeyQueueCapacity, max(1, c.MaxInFlight/4))
 	setDefault(&c.MaxAttempts, 3)
 	setDefault(&c.Backoff, time.Second)

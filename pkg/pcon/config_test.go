@@ -52,6 +52,13 @@ func TestConfigValidate(t *testing.T) {
 		{name: "blank topic", mutate: func(c *Config) { c.Topics = []string{""} }, want: []string{"Topics[0]"}},
 		{name: "unknown ordering", mutate: func(c *Config) { c.Ordering = 7 }, want: []string{"Ordering"}},
 		{name: "negative max in flight", mutate: func(c *Config) { c.MaxInFlight = -1 }, want: []string{"MaxInFlight"}},
+		{name: "negative max concurrency", mutate: func(c *Config) { c.MaxConcurrency = -1 }, want: []string{"MaxConcurrency"}},
+		{
+			name:   "concurrency above the records held",
+			mutate: func(c *Config) { c.MaxInFlight, c.MaxConcurrency = 100, 101 },
+			want:   []string{"MaxConcurrency"},
+		},
+		{name: "concurrency alone sizes the buffer", mutate: func(c *Config) { c.MaxConcurrency = 5000 }},
 		{name: "negative batch wait", mutate: func(c *Config) { c.Batch.MaxWait = -time.Second }, want: []string{"Batch.MaxWait"}},
 		{name: "unknown overflow policy", mutate: func(c *Config) { c.KeyOverflow = 9 }, want: []string{"KeyOverflow"}},
 		{name: "negative key queue capacity", mutate: func(c *Config) { c.KeyQueueCapacity = -1 }, want: []string{"KeyQueueCapacity"}},
@@ -129,14 +136,14 @@ func TestDefaults(t *testing.T) {
 	c.Sarama = base
 	d := c.withDefaults()
 	got := map[string]any{
-		"MaxInFlight": d.MaxInFlight, "MaxAttempts": d.MaxAttempts, "Backoff": d.Backoff,
+		"MaxInFlight": d.MaxInFlight, "MaxConcurrency": d.MaxConcurrency, "MaxAttempts": d.MaxAttempts, "Backoff": d.Backoff,
 		"DLTSuffix": d.DLTSuffix, "CommitInterval": d.CommitInterval, "RevokeGrace": d.RevokeGrace,
 		"Batch": d.Batch, "AutoCommit": d.Sarama.Consumer.Offsets.AutoCommit.Enable,
 		"KeyQueueCapacity": d.KeyQueueCapacity, "KeyOverflow": d.KeyOverflow, "HandlerTimeout": d.HandlerTimeout,
 		"SilentBroker": d.SilentBroker, "caller's sarama config untouched": base.Consumer.Offsets.AutoCommit.Enable,
 	}
 	want := map[string]any{
-		"MaxInFlight": 1000, "MaxAttempts": 3, "Backoff": time.Second,
+		"MaxInFlight": 1000, "MaxConcurrency": 1000, "MaxAttempts": 3, "Backoff": time.Second,
 		"DLTSuffix": ".DLT", "CommitInterval": time.Second, "RevokeGrace": 5 * time.Second,
 		"Batch":            BatchConfig{MaxRecords: 100, MaxBytes: 1 << 20, MaxWait: 0, Concurrency: 4, MaxRun: 100},
 		"KeyQueueCapacity": 250, "KeyOverflow": Block, "HandlerTimeout": time.Duration(0),
@@ -144,6 +151,39 @@ func TestDefaults(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+}
+
+// TestConcurrencyDefaults checks how MaxConcurrency and MaxInFlight default
+// from each other: the buffer grows with the concurrency asked for, and a
+// budget given alone stays one budget.
+func TestConcurrencyDefaults(t *testing.T) {
+	t.Parallel()
+	type bounds struct{ MaxConcurrency, MaxInFlight, KeyQueueCapacity int }
+	for _, tt := range []struct {
+		name string
+		set  bounds
+		want bounds
+	}{
+		{name: "neither", want: bounds{1000, 1000, 250}},
+		{name: "small concurrency", set: bounds{MaxConcurrency: 100}, want: bounds{100, 1000, 250}},
+		{name: "large concurrency", set: bounds{MaxConcurrency: 1000}, want: bounds{1000, 4000, 1000}},
+		{name: "budget alone", set: bounds{MaxInFlight: 100}, want: bounds{100, 100, 25}},
+		{name: "both", set: bounds{MaxConcurrency: 100, MaxInFlight: 300}, want: bounds{100, 300, 75}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := validConfig()
+			c.MaxConcurrency, c.MaxInFlight = tt.set.MaxConcurrency, tt.set.MaxInFlight
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			d := c.withDefaults()
+			got := bounds{d.MaxConcurrency, d.MaxInFlight, d.KeyQueueCapacity}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("bounds (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

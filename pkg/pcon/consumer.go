@@ -116,8 +116,16 @@ func New(cfg Config, h Handler) (*Consumer, error) {
 	}
 	if _, ok := h.(BatchHandler); ok {
 		// A batch may hold a key's run of records; a run never exceeds
-		// one batch.
+		// one batch. The batch engine bounds its calls itself
+		// (Batch.Concurrency) and batches what it is handed, so every
+		// record held may be handed to it.
 		cc.MaxRun, cc.MaxRunBytes = min(cfg.Batch.MaxRun, cfg.Batch.MaxRecords), cfg.Batch.MaxBytes
+	} else {
+		// A record handed to the per-record engine gets a handler call at
+		// once: dispatching only up to MaxConcurrency is what bounds the
+		// calls running, while the records buffered behind them count
+		// against MaxInFlight only.
+		cc.MaxRunning = cfg.MaxConcurrency
 	}
 	c.core = core.New(cc, core.Deps{
 		Submit:     func(ts ...engine.Task) error { return c.engine.Submit(ts...) },
@@ -153,7 +161,7 @@ func (c *Consumer) newEngine(h Handler) engine.Engine {
 			Timeout:     cfg.HandlerTimeout,
 		})
 	default:
-		return engine.NewPerRecord(c.recordRunner(h.(RecordHandler)), sink, cfg.MaxInFlight, cfg.HandlerTimeout)
+		return engine.NewPerRecord(c.recordRunner(h.(RecordHandler)), sink, cfg.MaxConcurrency, cfg.HandlerTimeout)
 	}
 }
 

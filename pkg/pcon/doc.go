@@ -22,12 +22,12 @@
 // # Usage
 //
 //	c, err := pcon.New(pcon.Config{
-//		Brokers:     []string{"localhost:9092"},
-//		Group:       "billing",
-//		Topics:      []string{"orders"},
-//		Ordering:    pcon.KeyOrder, // the default
-//		MaxInFlight: 2000,
-//		Logger:      logger,
+//		Brokers:        []string{"localhost:9092"},
+//		Group:          "billing",
+//		Topics:         []string{"orders"},
+//		Ordering:       pcon.KeyOrder, // the default
+//		MaxConcurrency: 500,           // handler calls at once; 2000 records held
+//		Logger:         logger,
 //	}, pcon.RecordHandler(func(ctx context.Context, r *pcon.Record) error {
 //		return apply(ctx, r.Key, r.Value)
 //	}))
@@ -56,8 +56,29 @@
 // HeaderKey for a header, or any function). Records with an empty key run
 // unordered unless Config.OrderEmptyKeys is set. PartitionOrder runs one
 // record per partition at a time; Unordered runs records as capacity allows.
-// Keys are scoped to a partition. Config.MaxInFlight bounds the records
-// being handled across all partitions.
+// Keys are scoped to a partition.
+//
+// # Concurrency and buffering
+//
+// Two bounds apply across all partitions. Config.MaxConcurrency bounds the
+// handler calls running at once: it is the concurrency cap, the number a
+// handler that waits on I/O is sized by, and handler throughput is at most
+// MaxConcurrency divided by the handler's time. Config.MaxInFlight bounds
+// the records held, running, buffered behind them or waiting for a retry;
+// it is the memory bound, enforced by pausing fetching (see Backpressure).
+// They are separate because under KeyOrder a handler slot that frees up is
+// filled only if a record of an idle key is already buffered: were the cap
+// and the buffer one budget, fetching would pause as soon as records queue
+// behind busy keys and resume only once running and buffered records
+// together fell to 70 % of the cap, so the calls would dip below the cap
+// on every pause, waiting for the next fetch. So MaxInFlight must not be below MaxConcurrency and
+// defaults to four times it (at least 1000): between the pause at
+// MaxInFlight and the resume at 70 % of it, about two to three records
+// wait per running call, so with keys spread evenly a record of an idle key
+// is nearly always at hand when a call ends, and fetching has the time a
+// few handler calls take to refill the buffer. Setting only
+// MaxInFlight keeps MaxConcurrency equal to it, one budget as before the
+// two were told apart.
 //
 // # Hot keys and bounds
 //
@@ -190,7 +211,7 @@
 //   - New starts nothing. Run starts sarama's goroutines and pcon's own: one
 //     per claimed partition (feeding records), one committer per group
 //     session, one watching the brokers (and one per probe under way), handler goroutines (for a RecordHandler, workers started on
-//     demand, at most MaxInFlight, kept until shutdown, of which at most
+//     demand, at most MaxConcurrency, kept until shutdown, of which at most
 //     GOMAXPROCS run records while handler calls are fast, with a timer
 //     watching for a call that blocks; for a BatchHandler, at most
 //     Batch.Concurrency, each taking batches while there are any), and one

@@ -39,7 +39,7 @@ type Header struct {
 type Handler interface{ engineKind() string }
 
 // RecordHandler processes one record. It selects the per-record engine:
-// every record gets a call of its own, at most Config.MaxInFlight at a
+// every record gets a call of its own, at most Config.MaxConcurrency at a
 // time. Returning an error (or panicking) fails the record; see Config for
 // retries and dead-lettering.
 //

@@ -13,8 +13,12 @@ import (
 type Stats struct {
 	Group    string
 	InFlight int // records being handled, retried or dead-lettered
-	Capacity int // MaxInFlight
-	Paused   bool
+	// Concurrency is the most InFlight may reach: MaxConcurrency with a
+	// RecordHandler, MaxInFlight with a BatchHandler (whose calls
+	// Batch.Concurrency bounds).
+	Concurrency int
+	Capacity    int // MaxInFlight: records held, in flight or buffered
+	Paused      bool
 	// Partitions lists every partition this Consumer has owned; counters
 	// keep counting across reassignments.
 	Partitions []PartitionStats
@@ -69,7 +73,7 @@ type LatencyStats struct {
 func (c *Consumer) Stats() Stats {
 	s := c.core.Stats()
 	paused := c.pause.isPaused()
-	out := Stats{Group: c.cfg.Group, InFlight: s.InFlight, Capacity: s.Capacity, Paused: paused}
+	out := Stats{Group: c.cfg.Group, InFlight: s.InFlight, Concurrency: s.Running, Capacity: s.Capacity, Paused: paused}
 	for _, p := range s.Partitions {
 		ps := PartitionStats{
 			Topic: p.TP.Topic, Partition: p.TP.Partition, Assigned: p.Assigned,

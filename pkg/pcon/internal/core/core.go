@@ -57,7 +57,16 @@ var ErrKeyQueueFull = errors.New("key queue full")
 
 // Config tunes the control plane.
 type Config struct {
-	MaxInFlight    int
+	// MaxInFlight bounds the records held: dispatched, queued and waiting
+	// for a retry. Fetching pauses when they reach it and resumes at
+	// ResumeRatio of it.
+	MaxInFlight int
+	// MaxRunning bounds the tasks dispatched and not yet settled (with the
+	// engine, or with the dead-letter publisher), counting those of
+	// revoked assignments still running, so that the engine never runs
+	// more at once. 0 means MaxInFlight. Above MaxInFlight it could never
+	// be reached.
+	MaxRunning     int
 	Ordering       Ordering
 	OrderEmptyKeys bool // in ByKey, run records without a key as one key instead of unordered
 	MaxAttempts    int
@@ -147,6 +156,9 @@ func New(cfg Config, deps Deps) *Core {
 	}
 	if cfg.MetadataLimit == 0 {
 		cfg.MetadataLimit = offsets.MaxMetadata
+	}
+	if cfg.MaxRunning == 0 {
+		cfg.MaxRunning = cfg.MaxInFlight
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Core{
@@ -346,9 +358,9 @@ func (c *Core) dispatchLocked() {
 // roundRobin dispatches, one record per partition per round, from the
 // partitions whose lowest ready record satisfies want.
 func (c *Core) roundRobin(want func(*part) bool) {
-	for c.inflight < c.cfg.MaxInFlight {
+	for c.inflight < c.cfg.MaxRunning {
 		progressed := false
-		for n := len(c.order); n > 0 && c.inflight < c.cfg.MaxInFlight; n-- {
+		for n := len(c.order); n > 0 && c.inflight < c.cfg.MaxRunning; n-- {
 			c.rr = (c.rr + 1) % len(c.order)
 			p := c.order[c.rr]
 			if c.dispatchable(p) && p.ready.len() > 0 && want(p) {
@@ -391,7 +403,7 @@ func (c *Core) startLocked(p *part) {
 		return
 	}
 	bytes := it.size
-	for n := 1; n < c.cfg.MaxRun && c.inflight < c.cfg.MaxInFlight; n++ {
+	for n := 1; n < c.cfg.MaxRun && c.inflight < c.cfg.MaxRunning; n++ {
 		next := l.queue.peek()
 		if next == nil || next.attempts > 0 || (c.cfg.MaxRunBytes > 0 && bytes+next.size > c.cfg.MaxRunBytes) {
 			break

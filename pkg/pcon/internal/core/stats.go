@@ -88,6 +88,7 @@ type PartitionStats struct {
 // Stats is a snapshot of the control plane.
 type Stats struct {
 	InFlight   int
+	Running    int // MaxRunning, the bound of InFlight
 	Capacity   int
 	Paused     bool
 	Partitions []PartitionStats
@@ -99,7 +100,7 @@ func (c *Core) Stats() Stats {
 	c.lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	s := Stats{InFlight: c.inflight, Capacity: c.cfg.MaxInFlight, Paused: c.paused, Latency: make(map[string]Histogram, len(c.latency))}
+	s := Stats{InFlight: c.inflight, Running: c.cfg.MaxRunning, Capacity: c.cfg.MaxInFlight, Paused: c.paused, Latency: make(map[string]Histogram, len(c.latency))}
 	for tp, cs := range c.stats {
 		ps := PartitionStats{TP: tp, Counters: *cs, Blocking: -1}
 		if p := c.parts[tp]; p != nil {
