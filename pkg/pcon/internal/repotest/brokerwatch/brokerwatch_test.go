@@ -14,6 +14,29 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
+// watched installs a Watcher with opts in cfg, runs it until the test
+// ends, and connects a client of cfg to addr (so the Watcher probes addr).
+func watched(t *testing.T, cfg *sarama.Config, opts brokerwatch.Options, addr string) (*brokerwatch.Watcher, sarama.Client) {
+	t.Helper()
+	w := brokerwatch.New(cfg, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	client, err := sarama.NewClient([]string{addr}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return w, client
+}
+
 // TestFrozenBrokerGivenUp freezes (SIGSTOP) a broker of the test's own
 // while a client with a minute's read timeout waits on a request to it:
 // the request must fail within the Watcher's timeout and interval, new
@@ -29,22 +52,7 @@ func TestFrozenBrokerGivenUp(t *testing.T) {
 	cfg.Net.ReadTimeout = time.Minute // what a consumer group's JoinGroup needs
 	cfg.Metadata.Retry.Max = 0
 	const timeout = time.Second
-	w := brokerwatch.New(cfg, brokerwatch.Options{Interval: 200 * time.Millisecond, Timeout: timeout})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	client, err := sarama.NewClient([]string{addr}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	w, client := watched(t, cfg, brokerwatch.Options{Interval: 200 * time.Millisecond, Timeout: timeout}, addr)
 	b, err := client.Controller() // a broker of the client's, connected
 	if err != nil {
 		t.Fatal(err)
@@ -92,4 +100,48 @@ func TestFrozenBrokerGivenUp(t *testing.T) {
 	if _, err := b.GetMetadata(&sarama.MetadataRequest{Version: 7}); err != nil {
 		t.Errorf("metadata after the broker continued: %v", err)
 	}
+}
+
+// TestStoppedBrokerNotSilent stops a broker of the test's own (SIGTERM: its
+// port refuses connections) and starts it again. A broker that turns the
+// probes down at once is not silent: the client's own dials fail as fast,
+// with the host's refusal, not ErrSilent; and the moment the broker is
+// back the client can dial it, without waiting for a probe to succeed.
+func TestStoppedBrokerNotSilent(t *testing.T) {
+	t.Parallel()
+	cluster := testenv.KafkaCluster(t, kafkabroker.Options{})
+	node := cluster.Node(1)
+	addr := node.Addr(kafkabroker.PlainListener)
+
+	cfg := kafka.Settings{}.Config("brokerwatch-test")
+	const interval, timeout = 200 * time.Millisecond, time.Second
+	w, _ := watched(t, cfg, brokerwatch.Options{Interval: interval, Timeout: timeout}, addr)
+
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for several probes, and for one that waited out the
+	// timeout.
+	for end := time.Now().Add(timeout + 3*interval); time.Now().Before(end); time.Sleep(interval / 4) {
+		if w.Silent(addr) {
+			t.Fatalf("%s silent while it refuses connections", addr)
+		}
+	}
+	if c, err := w.Dial("tcp", addr); err == nil {
+		_ = c.Close()
+		t.Fatalf("Dial of the stopped broker succeeded")
+	} else if errors.Is(err, brokerwatch.ErrSilent) {
+		t.Fatalf("Dial of the stopped broker: %v, want the connection refused", err)
+	}
+
+	startCtx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stop()
+	if err := node.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("Dial of the broker just started: %v", err)
+	}
+	_ = c.Close()
 }
