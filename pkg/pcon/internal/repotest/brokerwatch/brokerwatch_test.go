@@ -14,6 +14,14 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon/brokerwatch"
 )
 
+// ownBroker starts a one-node cluster of the test's own and returns its
+// node, the node's address and a client configuration for it.
+func ownBroker(t *testing.T) (*kafkabroker.Node, string, *sarama.Config) {
+	t.Helper()
+	node := testenv.KafkaCluster(t, kafkabroker.Options{}).Node(1)
+	return node, node.Addr(kafkabroker.PlainListener), kafka.Settings{}.Config("brokerwatch-test")
+}
+
 // watched installs a Watcher with opts in cfg, runs it until the test
 // ends, and connects a client of cfg to addr (so the Watcher probes addr).
 func watched(t *testing.T, cfg *sarama.Config, opts brokerwatch.Options, addr string) (*brokerwatch.Watcher, sarama.Client) {
@@ -44,11 +52,7 @@ func watched(t *testing.T, cfg *sarama.Config, opts brokerwatch.Options, addr st
 // continues (SIGCONT) the client must get answers again.
 func TestFrozenBrokerGivenUp(t *testing.T) {
 	t.Parallel()
-	cluster := testenv.KafkaCluster(t, kafkabroker.Options{})
-	node := cluster.Node(1)
-	addr := node.Addr(kafkabroker.PlainListener)
-
-	cfg := kafka.Settings{}.Config("brokerwatch-test")
+	node, addr, cfg := ownBroker(t)
 	cfg.Net.ReadTimeout = time.Minute // what a consumer group's JoinGroup needs
 	cfg.Metadata.Retry.Max = 0
 	const timeout = time.Second
@@ -109,11 +113,7 @@ func TestFrozenBrokerGivenUp(t *testing.T) {
 // back the client can dial it, without waiting for a probe to succeed.
 func TestStoppedBrokerNotSilent(t *testing.T) {
 	t.Parallel()
-	cluster := testenv.KafkaCluster(t, kafkabroker.Options{})
-	node := cluster.Node(1)
-	addr := node.Addr(kafkabroker.PlainListener)
-
-	cfg := kafka.Settings{}.Config("brokerwatch-test")
+	node, addr, cfg := ownBroker(t)
 	const interval, timeout = 200 * time.Millisecond, time.Second
 	w, _ := watched(t, cfg, brokerwatch.Options{Interval: interval, Timeout: timeout}, addr)
 
