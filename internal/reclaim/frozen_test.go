@@ -65,6 +65,12 @@ func TestFrozenDLTLeader(t *testing.T) {
 	if got := counts(res); res.Err() != nil || !cmp.Equal(got, map[reclaim.Outcome]int{reclaim.Redriven: 1}) {
 		t.Errorf("pass after the move: %v, error %v; want one re-driven", got, res.Err())
 	}
+	// Which records it took: from the offset the first pass committed
+	// (the group's coordinator may have moved with the frozen node) to
+	// the one record dead-lettered since.
+	if p := res.Domains[0].Partitions[1]; p.From != 1 || p.End != 2 {
+		t.Errorf("pass after the move read %s/1 from %d to %d, want from 1 (committed by the first pass) to 2", dlt, p.From, p.End)
+	}
 	if took > frozenPassBound {
 		t.Errorf("pass after the move took %s, want within %s", took.Round(time.Millisecond), frozenPassBound)
 	}

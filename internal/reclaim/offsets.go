@@ -76,10 +76,19 @@ func (r *Reclaimer) position(k tp) (next, hwm int64, err error) {
 // The reclaimer talks to the coordinator itself rather than through sarama's
 // offset manager: it needs "no offset yet" for a group that never committed,
 // and the commit's own error, which the offset manager only logs.
+//
+// The fetch requires stable offsets (OffsetFetch v7). Without that flag
+// Kafka's group coordinator answers from what its offsets partition has
+// committed (its high water mark), and a coordinator that has just taken
+// the group over from a failed broker may not have seen its followers
+// confirm the last commits yet: it answers an older offset, or none, with
+// no error, and the pass would re-drive records already re-driven. With it
+// the coordinator answers from everything it holds, once that is
+// committed.
 func (r *Reclaimer) committed(k tp) (int64, error) {
 	offset := int64(-1)
 	err := r.coordinated(func(b *sarama.Broker) error {
-		req := &sarama.OffsetFetchRequest{Version: 1, ConsumerGroup: r.cfg.Group}
+		req := &sarama.OffsetFetchRequest{Version: 7, ConsumerGroup: r.cfg.Group, RequireStable: true}
 		req.AddPartition(k.topic, k.partition)
 		resp, err := b.FetchOffset(req)
 		if err != nil {

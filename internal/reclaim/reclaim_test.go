@@ -121,6 +121,11 @@ func newEnvOn(t *testing.T, k kafka.Settings) *env {
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
 	// A batch of dead letters lands in the order it was given.
 	sc.Net.MaxOpenRequests = 1
+	// And once: a retry of a send the leader appended but did not get
+	// acknowledged by its followers in time (a partition that has just
+	// moved, a loaded machine) would dead-letter the record twice, and a
+	// pass re-drive both.
+	sc.Producer.Idempotent = true
 	p, err := sarama.NewSyncProducer(k.Brokers, sc)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,12 @@
 // another leader or coordinator), and refuses new ones, until the broker
 // answers a probe again. A JoinGroup held by a live coordinator is left to
 // take as long as it needs.
+//
+// A probe that fails at once (the connection refused or reset: a broker
+// stopped, or restarting) does not make a broker silent, and ends its
+// silence: the client's own requests fail as fast there, and refusing its
+// dials would only keep it from the broker for a probe interval after the
+// broker is back.
 package brokerwatch
 
 import (
@@ -29,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -64,6 +71,10 @@ type dialer interface {
 // ErrSilent is returned by the Watcher's dialer for a broker that did not
 // answer its last probe.
 var ErrSilent = errors.New("brokerwatch: broker did not answer its last probe")
+
+// errNoAnswer marks a probe that failed for want of an answer within
+// Timeout, as opposed to one the broker's host turned down at once.
+var errNoAnswer = errors.New("no answer")
 
 // Watcher watches the brokers of one sarama configuration. Make it with
 // New, start it with Run, and build the client from the configuration New
@@ -216,11 +227,12 @@ func (w *Watcher) Run(ctx context.Context) {
 func (w *Watcher) check(a *addr) {
 	address := a.address
 	err := w.ask(a)
+	unanswered := errors.Is(err, errNoAnswer)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
 	case w.closed: // the probe was cut short, not answered
-	case err != nil && !a.silent:
+	case unanswered && !a.silent:
 		a.silent = true
 		w.opts.Logger.Warn("brokerwatch: broker silent, giving up its requests", "broker", address, "conns", len(a.conns), "timeout", w.opts.Timeout, "error", err)
 		for c := range a.conns {
@@ -230,14 +242,22 @@ func (w *Watcher) check(a *addr) {
 			_ = c.Conn.Close()
 			delete(a.conns, c)
 		}
-	case err == nil && a.silent:
+	case !unanswered && a.silent:
 		a.silent = false
-		w.opts.Logger.Info("brokerwatch: broker answers again", "broker", address)
+		w.opts.Logger.Info("brokerwatch: broker answers again", "broker", address, "error", err)
 	}
 }
 
+// timedOut reports whether err is a dial or read that ran out of time, not
+// one the broker's host answered with a refusal or a reset.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
 // ask sends the broker an ApiVersions request on the probe's connection
-// and waits for the answer up to Timeout.
+// and waits for the answer up to Timeout. A failure for want of an answer
+// wraps errNoAnswer.
 func (w *Watcher) ask(a *addr) error {
 	address := a.address
 	w.mu.Lock()
@@ -264,6 +284,9 @@ func (w *Watcher) ask(a *addr) error {
 	case err := <-answered:
 		if err != nil {
 			_ = b.Close()
+			if timedOut(err) { // the probe's own dial or read timeout, a hair before the timer
+				return fmt.Errorf("probe %s: %w: %w", address, errNoAnswer, err)
+			}
 			return fmt.Errorf("probe %s: %w", address, err)
 		}
 		return nil
@@ -279,7 +302,7 @@ func (w *Watcher) ask(a *addr) error {
 			w.opts.Logger.Debug("brokerwatch: probe cut short", "broker", address, "error", err)
 		}
 		_ = b.Close()
-		return fmt.Errorf("probe %s: no answer within %s", address, w.opts.Timeout)
+		return fmt.Errorf("probe %s: %w within %s", address, errNoAnswer, w.opts.Timeout)
 	}
 }
 
