@@ -442,7 +442,18 @@ func (n *Node) Stop() error { return n.signalAndWait(syscall.SIGTERM, 30*time.Se
 
 // Pause stops the process where it is (SIGSTOP): it holds its sockets but
 // answers nothing, as a machine that hangs or a long GC pause.
-func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+func (n *Node) Pause() error {
+	if err := n.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	p := n.proc
+	n.mu.Unlock()
+	if err := waitStopped(p.Pid, 5*time.Second); err != nil {
+		return fmt.Errorf("kafkabroker: node %d: %w", n.id, err)
+	}
+	return nil
+}
 
 // Resume continues a paused process (SIGCONT).
 func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
