@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -706,13 +707,39 @@ func newClusterID() string {
 	}
 }
 
+// freePort returns a port free on 127.0.0.1 now, below the kernel's
+// ephemeral range: a port the kernel hands out for bind(":0") is also one
+// it may give an outgoing connection as its source port before the JVM
+// binds it, and the broker then fails with "address already in use" (seen
+// once under the test suite's many connections). Below the range only
+// listeners take ports.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("kafkabroker: free port: %w", err)
+	lo, hi := 10000, ephemeralLow()-1
+	for range 200 {
+		p := lo + mrand.IntN(hi-lo+1)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue // taken: try another
+		}
+		_ = l.Close()
+		return p, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("kafkabroker: no free port between %d and %d after 200 tries", lo, hi)
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range
+// (Linux's /proc/sys/net/ipv4/ip_local_port_range; 32768, its default and
+// below the BSDs' 49152, elsewhere).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
+				return v
+			}
+		}
+	}
+	return 32768
 }
 
 // tempDir makes a directory for a cluster under one named after this
