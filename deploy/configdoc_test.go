@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -108,7 +109,8 @@ func TestRequiredAtStartup(t *testing.T) {
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err := cmd.Run()
-			if _, exited := err.(*exec.ExitError); !exited {
+			var exitErr *exec.ExitError
+			if !errors.As(err, &exitErr) {
 				t.Fatalf("want a start-up failure, got err=%v; output:\n%s", err, out.String())
 			}
 			for name, row := range doc[p] {

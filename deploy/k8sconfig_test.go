@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -48,7 +49,8 @@ func TestManifestConfigurationLoads(t *testing.T) {
 				var out bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &out
 				err := cmd.Run()
-				if _, exited := err.(*exec.ExitError); !exited || ctx.Err() != nil {
+				var exitErr *exec.ExitError
+				if !errors.As(err, &exitErr) || ctx.Err() != nil {
 					t.Fatalf("want a start-up failure (nothing answers at the database's address), got %v:\n%s", err, out.String())
 				}
 				if strings.Contains(out.String(), c.Name+" configuration:") {

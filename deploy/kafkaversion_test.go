@@ -127,7 +127,7 @@ func metadataLevel(ctx context.Context, classpath, version string) (string, erro
 		"version-mapping", "--release-version", version).CombinedOutput()
 	m := metadataLine.FindSubmatch(out)
 	if err != nil || m == nil {
-		return "", fmt.Errorf("kafka-storage version-mapping --release-version %s: %v\n%s", version, err, out)
+		return "", fmt.Errorf("kafka-storage version-mapping --release-version %s: %w\n%s", version, err, out)
 	}
 	return string(m[1]), nil
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -66,7 +67,8 @@ func TestSecretsNeverShow(t *testing.T) {
 				cmd.Stdout, cmd.Stderr = &out, &out
 				err := cmd.Run()
 				if args == nil {
-					if _, exited := err.(*exec.ExitError); !exited {
+					var exitErr *exec.ExitError
+					if !errors.As(err, &exitErr) {
 						t.Fatalf("want a start-up failure (nothing answers), got %v:\n%s", err, out.String())
 					}
 				} else if err != nil {

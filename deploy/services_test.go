@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,8 +77,12 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func get(url string) (int, []byte, error) {
-	resp, err := http.Get(url)
+func get(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -90,7 +95,7 @@ func waitOK(t *testing.T, url string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if code, _, err := get(url); err == nil && code == http.StatusOK {
+		if code, _, err := get(t.Context(), url); err == nil && code == http.StatusOK {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -102,7 +107,7 @@ func waitOK(t *testing.T, url string) {
 func call(t *testing.T, method, url string, body any, want int) int64 {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(method, url, bytes.NewReader(b))
+	req, _ := http.NewRequestWithContext(t.Context(), method, url, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-User-ID", "deploy-test")
 	resp, err := http.DefaultClient.Do(req)
@@ -126,8 +131,8 @@ type family struct {
 
 // scrape reads a /metrics page and returns its sample names (histograms
 // contribute _bucket, _sum and _count) with the label names each carries.
-func scrape(url string) (map[string]family, error) {
-	code, body, err := get(url)
+func scrape(ctx context.Context, url string) (map[string]family, error) {
+	code, body, err := get(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +288,7 @@ func TestRunningServices(t *testing.T) {
 	t.Run("operators' endpoints only on the admin listener", func(t *testing.T) {
 		t.Parallel()
 		for _, path := range []string{"/metrics", "/api/v1/cluster"} {
-			if code, _, err := get("http://" + public + path); err != nil || code != http.StatusNotFound {
+			if code, _, err := get(t.Context(), "http://"+public+path); err != nil || code != http.StatusNotFound {
 				t.Errorf("public %s: %d %v, want 404", path, code, err)
 			}
 			waitOK(t, "http://"+addr["commerce-api"]+path)
@@ -317,7 +322,7 @@ func TestRunningServices(t *testing.T) {
 			exposed := map[string]family{}
 			var scrapeErr error
 			for _, a := range addr {
-				fams, err := scrape("http://" + a + "/metrics")
+				fams, err := scrape(t.Context(), "http://"+a+"/metrics")
 				if err != nil {
 					scrapeErr = err
 				}

@@ -345,7 +345,11 @@ func brokerAssignment(t *testing.T, admin sarama.ClusterAdmin, group string) map
 // readyRole reports whether the relay's /readyz names role.
 func readyRole(t *testing.T, admin, role string) bool {
 	t.Helper()
-	resp, err := http.Get(admin + "/readyz")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, admin+"/readyz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
 	}

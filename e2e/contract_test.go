@@ -41,7 +41,11 @@ func TestEventContract(t *testing.T) {
 	s.startRelay("relay-a")
 	s.startConsumers()
 
-	resp, err := s.apiClient.Get(s.api + "/asyncapi.yaml")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.api+"/asyncapi.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.apiClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

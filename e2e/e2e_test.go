@@ -317,7 +317,7 @@ func (s *system) send(base, method, path string, h http.Header, body, out any) i
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, base+"/api/v1"+path, rd)
+	req, _ := http.NewRequestWithContext(s.t.Context(), method, base+"/api/v1"+path, rd)
 	req.Header.Set("Content-Type", "application/json")
 	for k := range h {
 		req.Header.Set(k, h.Get(k))
@@ -337,8 +337,12 @@ func (s *system) send(base, method, path string, h http.Header, body, out any) i
 	return resp.StatusCode
 }
 
-func isLeader(admin string) bool {
-	resp, err := http.Get(admin + "/metrics")
+func isLeader(ctx context.Context, admin string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin+"/metrics", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
 	}
@@ -399,10 +403,10 @@ func TestScenario(t *testing.T) {
 		int64(total) / 4: func() { consumers.Kill(); consumers = s.startConsumers() },
 		int64(total) / 2: func() {
 			leader, admin := relayA, adminA
-			if !isLeader(adminA) {
+			if !isLeader(t.Context(), adminA) {
 				leader, admin = relayB, adminB
 			}
-			if !isLeader(admin) {
+			if !isLeader(t.Context(), admin) {
 				t.Error("no relay reports being the leader")
 				return
 			}

@@ -304,7 +304,7 @@ func killLeadingRelay(t *testing.T, conn *pgx.Conn, relays map[string]*stack.Pro
 	t.Helper()
 	var leader, standby string
 	for admin := range relays {
-		if isLeader(admin) {
+		if isLeader(t.Context(), admin) {
 			leader = admin
 		} else {
 			standby = admin
@@ -324,7 +324,7 @@ func killLeadingRelay(t *testing.T, conn *pgx.Conn, relays map[string]*stack.Pro
 	go func() {
 		defer close(rk.done)
 		defer watch.Close(context.Background())
-		for !isLeader(standby) {
+		for !isLeader(t.Context(), standby) {
 			if time.Since(rk.at) > time.Minute {
 				rk.err = fmt.Errorf("the standby relay %s did not lead within a minute of the kill", standby)
 				return

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -211,7 +212,7 @@ func ctl(t *testing.T, s *system, args ...string) string {
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = string(ee.Stderr)
 		}
 		t.Fatalf("pipelinectl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)

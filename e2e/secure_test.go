@@ -379,7 +379,12 @@ func runToExit(t *testing.T, program string, env map[string]string, limit time.D
 	polls.Go(func() {
 		for {
 			for _, path := range []string{"/healthz", "/readyz"} {
-				if resp, err := client.Get("http://" + env["ADMIN_ADDR"] + path); err == nil {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+env["ADMIN_ADDR"]+path, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp, err := client.Do(req); err == nil {
 					resp.Body.Close()
 					if resp.StatusCode == http.StatusOK {
 						mu.Lock()

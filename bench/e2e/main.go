@@ -342,7 +342,7 @@ func (b *bench) curve(ctx context.Context, o options, root string) error {
 		if rate == 0 || rate > o.maxRate {
 			break
 		}
-		products, err := b.newProducts(o.products, fmt.Sprintf("curve %d", rate))
+		products, err := b.newProducts(ctx, o.products, fmt.Sprintf("curve %d", rate))
 		if err != nil {
 			return err
 		}
@@ -427,7 +427,7 @@ func printCurve(points []*window, d time.Duration) {
 
 // hot sends the mixed load to one product, then the burst.
 func (b *bench) hot(ctx context.Context, o options) error {
-	products, err := b.newProducts(1, "flash sale")
+	products, err := b.newProducts(ctx, 1, "flash sale")
 	if err != nil {
 		return err
 	}
@@ -458,11 +458,11 @@ func verdict(ok bool) string {
 }
 
 // newProducts creates n products named after what.
-func (b *bench) newProducts(n int, what string) ([]int64, error) {
+func (b *bench) newProducts(ctx context.Context, n int, what string) ([]int64, error) {
 	products := make([]int64, n)
 	for i := range products {
 		var p struct{ ID int64 }
-		if err := benchkit.Call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
+		if err := benchkit.Call(ctx, b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
 			return nil, err
 		}
 		products[i] = p.ID
@@ -555,9 +555,9 @@ func (b *bench) load(ctx context.Context, products []int64, rate int, d, poll ti
 		var err error
 		kind := rand.IntN(2)
 		if kind == view {
-			err = benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
+			err = benchkit.Call(ctx, b.client, "GET", b.api+"/products/"+pid, "", "", nil)
 		} else {
-			err = benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "bench-"+strconv.Itoa(rate)+"-"+strconv.FormatInt(likes.Add(1), 10), "", nil)
+			err = benchkit.Call(ctx, b.client, "POST", b.api+"/products/"+pid+"/likes", "bench-"+strconv.Itoa(rate)+"-"+strconv.FormatInt(likes.Add(1), 10), "", nil)
 		}
 		if err != nil {
 			if failed.Add(1) == 1 {
@@ -813,11 +813,11 @@ func (b *bench) profile(label string, d time.Duration) func() error {
 // warmUp views a product until the view shows in the aggregates, so that
 // the consumers own their partitions before measuring.
 func (b *bench) warmUp(ctx context.Context, conn *pgx.Conn) error {
-	products, err := b.newProducts(1, "first view")
+	products, err := b.newProducts(ctx, 1, "first view")
 	if err != nil {
 		return err
 	}
-	if err := benchkit.Call(b.client, "GET", b.api+"/products/"+strconv.FormatInt(products[0], 10), "", "", nil); err != nil {
+	if err := benchkit.Call(ctx, b.client, "GET", b.api+"/products/"+strconv.FormatInt(products[0], 10), "", "", nil); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -840,7 +840,7 @@ func (b *bench) warmUp(ctx context.Context, conn *pgx.Conn) error {
 // this machine the broker's CPU per record halved, then halved again, over
 // its first three 5-second windows at 500 records/s).
 func (b *bench) warmPipeline(ctx context.Context, conn *pgx.Conn, rate int, d time.Duration) error {
-	products, err := b.newProducts(1, "warm-up")
+	products, err := b.newProducts(ctx, 1, "warm-up")
 	if err != nil {
 		return err
 	}
@@ -848,10 +848,10 @@ func (b *bench) warmPipeline(ctx context.Context, conn *pgx.Conn, rate int, d ti
 	var views, likes atomic.Int64
 	pace(rate, d, 512, func(i int) {
 		if i%2 == 0 {
-			if benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil) == nil {
+			if benchkit.Call(ctx, b.client, "GET", b.api+"/products/"+pid, "", "", nil) == nil {
 				views.Add(1)
 			}
-		} else if benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "warm-"+strconv.Itoa(i), "", nil) == nil {
+		} else if benchkit.Call(ctx, b.client, "POST", b.api+"/products/"+pid+"/likes", "warm-"+strconv.Itoa(i), "", nil) == nil {
 			likes.Add(1)
 		}
 	})
@@ -969,7 +969,7 @@ func waitReady(ctx context.Context, p *stack.Proc, limit time.Duration) (string,
 // what the relay and the like and view consumers sustain on a hot product.
 func (b *bench) burst(ctx context.Context, n int) error {
 	conn := b.probe.conn
-	products, err := b.newProducts(1, "burst")
+	products, err := b.newProducts(ctx, 1, "burst")
 	if err != nil {
 		return err
 	}

@@ -165,7 +165,7 @@ func runOn(ctx context.Context, o options, kind string, n int, bins *stack.Binar
 
 	// The consumers join their groups asynchronously: one view made
 	// visible first, then the warm-up, unmeasured.
-	first, err := b.newProducts(1, "first view")
+	first, err := b.newProducts(ctx, 1, "first view")
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func runOn(ctx context.Context, o options, kind string, n int, bins *stack.Binar
 		return fmt.Errorf("first view: %w", err)
 	}
 	if o.warmup > 0 {
-		warm, err := b.newProducts(o.products, "warm-up")
+		warm, err := b.newProducts(ctx, o.products, "warm-up")
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func runOn(ctx context.Context, o options, kind string, n int, bins *stack.Binar
 			if s == hot {
 				n = 1
 			}
-			products, err := b.newProducts(n, fmt.Sprintf("round %d %s", r+1, s.name))
+			products, err := b.newProducts(ctx, n, fmt.Sprintf("round %d %s", r+1, s.name))
 			if err != nil {
 				return err
 			}
@@ -300,9 +300,9 @@ func (b *flash) load(ctx context.Context, products []int64, views, likes int, ta
 				t := time.Now()
 				var err error
 				if isLike(i) {
-					err = benchkit.Call(b.client, "POST", b.api+"/products/"+pid+"/likes", "fs-"+tag+"-"+strconv.Itoa(i), "", nil)
+					err = benchkit.Call(ctx, b.client, "POST", b.api+"/products/"+pid+"/likes", "fs-"+tag+"-"+strconv.Itoa(i), "", nil)
 				} else {
-					err = benchkit.Call(b.client, "GET", b.api+"/products/"+pid, "", "", nil)
+					err = benchkit.Call(ctx, b.client, "GET", b.api+"/products/"+pid, "", "", nil)
 				}
 				if err != nil {
 					errs <- err
@@ -364,11 +364,11 @@ func (b *flash) waitCurrent(ctx context.Context, want map[int64][2]int64) error 
 }
 
 // newProducts creates n products named after what.
-func (b *flash) newProducts(n int, what string) ([]int64, error) {
+func (b *flash) newProducts(ctx context.Context, n int, what string) ([]int64, error) {
 	products := make([]int64, n)
 	for i := range products {
 		var p struct{ ID int64 }
-		if err := benchkit.Call(b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
+		if err := benchkit.Call(ctx, b.client, "POST", b.api+"/products", "", fmt.Sprintf(`{"name":"%s %d","price":1000,"stock":1000000}`, what, i), &p); err != nil {
 			return nil, err
 		}
 		products[i] = p.ID

@@ -349,13 +349,13 @@ func (a *relayArm) startSide(ctx context.Context, b *bed, n int) error {
 		select {
 		case err := <-b.done:
 			b.done <- err
-			return fmt.Errorf("%s exited before it was ready: %v\n%s", b.peer, err, a.logTail(b))
+			return fmt.Errorf("%s exited before it was ready: %w\n%s", b.peer, err, a.logTail(b))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s was not ready within 2 minutes (%v)\n%s", b.peer, err, a.logTail(b))
+			return fmt.Errorf("%s was not ready within 2 minutes (%w)\n%s", b.peer, err, a.logTail(b))
 		}
 	}
 }

@@ -645,7 +645,7 @@ func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin,
 		fmt.Fprintln(os.Stderr, "bench/relay: profile:", err)
 	}
 	if n, err := countRecords(ctx, b.kafka, reg); err != nil || n < int64(len(payloads)) {
-		return 0, fmt.Errorf("kafka holds %d records, want %d (%v)", n, len(payloads), err)
+		return 0, fmt.Errorf("kafka holds %d records, want %d (%w)", n, len(payloads), err)
 	}
 	return elapsed, nil
 }

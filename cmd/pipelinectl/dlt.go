@@ -211,7 +211,7 @@ func redrive(fs *flag.FlagSet, src source) func(context.Context, env, output, []
 		}
 		if perr := res.Err(); perr != nil {
 			if res.Totals()[reclaim.Redriven] > 0 {
-				return fmt.Errorf("%w: %v", errPartial, perr)
+				return fmt.Errorf("%w: %w", errPartial, perr)
 			}
 			return perr
 		}

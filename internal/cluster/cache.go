@@ -44,7 +44,7 @@ func (c *viewCache) get(ctx context.Context) (View, error) {
 	if c.pending == nil && (c.readAt.IsZero() || time.Since(c.readAt) >= c.every) {
 		c.pending = make(chan struct{})
 		c.readAt = time.Now()
-		go c.refresh(c.pending)
+		go c.refresh(c.pending) //nolint:gosec // G118: one read serves every waiter, so no caller's context may cancel it
 	}
 	wait := c.pending
 	c.mu.Unlock()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -418,7 +419,7 @@ func TestLateAssignment(t *testing.T) {
 				tc.before()
 			}
 			_, _, err := st.assign(ctx, p0, "b", 1, 0, tc.late)
-			if err != tc.wantErr {
+			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("assign: %v, want %v", err, tc.wantErr)
 			}
 			if got := onlyPartition(t, st).Owner; got != tc.wantOwner {

@@ -44,7 +44,7 @@ func New(addr string, h http.Handler) *http.Server {
 // when not nil, receives the bound address once the listener is open (useful
 // with port 0).
 func Serve(ctx context.Context, logger *slog.Logger, srv *http.Server, ready chan<- string) error {
-	ln, err := net.Listen("tcp", srv.Addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", srv.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", srv.Addr, err)
 	}

@@ -60,7 +60,11 @@ func TestOps(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dbErr = tc.dbErr
-			resp, err := http.Get(srv[tc.listener].URL + tc.path)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv[tc.listener].URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +118,7 @@ func TestOpsReadOnly(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.listener+" "+tc.method+" "+tc.path, func(t *testing.T) {
 			t.Parallel()
-			req, err := http.NewRequest(tc.method, srv[tc.listener].URL+tc.path, nil)
+			req, err := http.NewRequestWithContext(t.Context(), tc.method, srv[tc.listener].URL+tc.path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +146,11 @@ func TestServeStopsOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- httpserver.Serve(ctx, slog.New(slog.DiscardHandler), srv, ready) }()
 	addr := <-ready
-	resp, err := http.Get("http://" + addr)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +159,12 @@ func TestServeStopsOnCancel(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve returned %v after cancel, want nil", err)
 	}
-	if _, err := http.Get("http://" + addr); err == nil {
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
 		t.Fatal("server still answers after shutdown")
 	}
 }

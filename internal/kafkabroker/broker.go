@@ -342,7 +342,7 @@ func (c *Cluster) waitNodes(ctx context.Context, nodes ...*Node) error {
 			case <-n.exitedChan():
 				return fmt.Errorf("kafkabroker: node %d exited while starting: %s", n.id, n.logTail())
 			case <-ctx.Done():
-				return fmt.Errorf("kafkabroker: node %d not ready: %w (last: %v)\n%s", n.id, ctx.Err(), err, n.logTail())
+				return fmt.Errorf("kafkabroker: node %d not ready: %w (last: %w)\n%s", n.id, ctx.Err(), err, n.logTail())
 			case <-time.After(100 * time.Millisecond):
 			}
 		}

@@ -74,7 +74,7 @@ func (n *Node) WaitLeaderMoved(topic string, partition int32, from int, limit ti
 			return l, nil
 		}
 		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("%s/%d still led by node %d after %s (node %d asked; last: leader %d, %v)", topic, partition, from, limit, n.id, l, err)
+			return 0, fmt.Errorf("%s/%d still led by node %d after %s (node %d asked; last: leader %d, %w)", topic, partition, from, limit, n.id, l, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

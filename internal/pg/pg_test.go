@@ -146,7 +146,7 @@ func TestMapErr(t *testing.T) {
 				t.Fatal("no error")
 			}
 			for _, s := range sentinels {
-				if got, want := errors.Is(err, s), s == tc.want; got != want {
+				if got, want := errors.Is(err, s), s == tc.want; got != want { //nolint:errorlint // compares two sentinels from the table, not a returned error
 					t.Errorf("errors.Is(%v, %v) = %v, want %v", err, s, got, want)
 				}
 			}

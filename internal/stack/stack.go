@@ -145,7 +145,11 @@ func FreeAddr() (string, error) {
 // WaitHTTP polls url until it answers 200 or ctx ends.
 func WaitHTTP(ctx context.Context, url string) error {
 	for {
-		if resp, err := http.Get(url); err == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", url, err)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil

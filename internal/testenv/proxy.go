@@ -64,7 +64,7 @@ func (p *Proxy) serve(target string) {
 		if err != nil {
 			return
 		}
-		d, err := net.Dial("tcp", target)
+		d, err := net.Dial("tcp", target) //nolint:noctx // a loopback dial per accepted connection; Close ends the loop
 		if err != nil {
 			c.Close()
 			continue

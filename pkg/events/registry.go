@@ -131,13 +131,13 @@ func register[T any](r *Registry, typ, aggregateType string, id func(T) string, 
 			// "unit_price" must not decode as a free order line.
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&v); err != nil {
-				return nil, fmt.Errorf("%s: %w: %v", typ, ErrBadData, err)
+				return nil, fmt.Errorf("%s: %w: %w", typ, ErrBadData, err)
 			}
 			if dec.More() {
 				return nil, fmt.Errorf("%s: %w: trailing data after the JSON value", typ, ErrBadData)
 			}
 			if err := validate(v); err != nil {
-				return nil, fmt.Errorf("%s: %w: %v", typ, ErrBadData, err)
+				return nil, fmt.Errorf("%s: %w: %w", typ, ErrBadData, err)
 			}
 			return v, nil
 		},
@@ -231,7 +231,7 @@ func (r *Registry) ToCloudEvent(env Envelope) (cloudevents.Event, error) {
 // [ErrUnprocessable]: retrying such an event cannot help.
 func (r *Registry) FromCloudEvent(ce cloudevents.Event) (Message, error) {
 	if err := ce.Validate(); err != nil {
-		return Message{}, fmt.Errorf("%w: %v", ErrBadData, err)
+		return Message{}, fmt.Errorf("%w: %w", ErrBadData, err)
 	}
 	if !canonicalUUID(ce.ID()) {
 		return Message{}, fmt.Errorf("%w: id %.64q is not a UUID", ErrBadData, ce.ID())

@@ -18,11 +18,11 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/devkafka"
 )
 
-// Call sends one request with a JSON body to commerce-api as user (none
+// Call sends one request, bound to ctx, with a JSON body to commerce-api as user (none
 // when empty) and decodes a 2xx answer into out (when not nil); any other
 // status is an error that quotes the answer.
-func Call(client *http.Client, method, url, user, body string, out any) error {
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
+func Call(ctx context.Context, client *http.Client, method, url, user, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func FuzzJSONBodies(f *testing.F) {
 		case 3:
 			path = "/api/v1/products/1/likes"
 		}
-		if _, err := http.NewRequest(method, e.srv.URL+path, nil); err != nil || validHeader(user) != nil || !validTarget(path) {
+		if _, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, nil); err != nil || validHeader(user) != nil || !validTarget(path) {
 			t.Skip("not a request an HTTP client can send")
 		}
 		before := e.db.Snapshot(t)

@@ -192,7 +192,7 @@ func (e *env) sendTo(t *testing.T, srv *httptest.Server, method, path string, h 
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, srv.URL+path, rd)
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

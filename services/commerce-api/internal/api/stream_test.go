@@ -29,7 +29,11 @@ func TestStreamHTTP(t *testing.T) {
 	defer cancel()
 	go func() { _ = hub.Run(ctx) }()
 
-	resp, err := http.Get(e.srv.URL + "/api/v1/stream")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+"/api/v1/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +107,11 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	resp, err := http.Get(srv.URL + "/api/v1/stream")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/api/v1/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +142,11 @@ func TestLivePageServed(t *testing.T) {
 		if !strings.Contains(string(page.Body), `"`+asset+`"`) {
 			t.Errorf("the page does not load %s", asset)
 		}
-		resp, err := http.Get(e.srv.URL + asset)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+asset, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -140,7 +140,7 @@ func TestMetricsLabels(t *testing.T) {
 	e := newEnv(t)
 	p := e.createProduct(t, "lamp", 1, 1)
 	for i := range 50 {
-		req, err := http.NewRequest(fmt.Sprintf("M%d", i), e.srv.URL+"/api/v1/products", nil)
+		req, err := http.NewRequestWithContext(t.Context(), fmt.Sprintf("M%d", i), e.srv.URL+"/api/v1/products", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

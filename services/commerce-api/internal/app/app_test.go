@@ -34,7 +34,11 @@ func serve(t *testing.T, cfg Config) (addrs Addrs, done <-chan error, cancel con
 // get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +87,11 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if code, _ := get(t, admin+"/api/v1/products"); code != http.StatusNotFound {
 		t.Errorf("admin /api/v1/products: %d, want 404 (the API is public)", code)
 	}
-	resp, err := http.Get(public + "/api/v1/stream")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, public+"/api/v1/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed by the defer below; a goroutine reads it
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func call(t *testing.T, method, url, token, body string) (int, http.Header, stri
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, url, rd)
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,11 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	}()
 	addr := addrs.HTTP
 
-	resp, err := http.Get("http://" + addr + "/api/v1/stream")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/api/v1/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed by the defer below; a goroutine reads it
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +97,11 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 		t.Errorf("%d summaries in %v, longest gap %v; want at least %d, none more than 2.5 s apart", summaries, hold, longest, want)
 	}
 	// Other routes keep their deadline: the page's own request returns.
-	r, err := http.Get("http://" + addr + "/api/v1/products")
+	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/api/v1/products", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,7 @@ func TestMemoryBounded(t *testing.T) {
 	// holds it back as long as it runs: first wait for that, then the
 	// hub's next reads must forget.
 	var after uint64
-	if err := db.QueryRow(`SELECT pg_current_xact_id()::text::bigint`).Scan(&after); err != nil {
+	if err := db.QueryRowContext(t.Context(), `SELECT pg_current_xact_id()::text::bigint`).Scan(&after); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(3 * time.Minute); hub.Cursor() <= after; time.Sleep(20 * time.Millisecond) {
@@ -212,7 +212,7 @@ func openDB(t *testing.T, url string) *sql.DB {
 
 func exec(t *testing.T, db *sql.DB, query string, args ...any) {
 	t.Helper()
-	if _, err := db.Exec(query, args...); err != nil {
+	if _, err := db.ExecContext(t.Context(), query, args...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -307,7 +307,7 @@ func tableReads(t *testing.T, db *sql.DB) int64 {
 	t.Helper()
 	read := func() int64 {
 		var n int64
-		err := db.QueryRow(`SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint
+		err := db.QueryRowContext(t.Context(), `SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::bigint
 			FROM pg_stat_user_tables WHERE relname IN ('products', 'product_likes', 'product_sales', 'product_views')`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)

@@ -48,7 +48,7 @@ func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixtur
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`INSERT INTO products (name, price, stock) SELECT 'p' || i, 1000, 10 FROM generate_series(1, 5) i`); err != nil {
+	if _, err := db.ExecContext(t.Context(), `INSERT INTO products (name, price, stock) SELECT 'p' || i, 1000, 10 FROM generate_series(1, 5) i`); err != nil {
 		t.Fatal(err)
 	}
 	hub := stream.New(st, cluster, cfg, slog.New(slog.DiscardHandler))
@@ -71,7 +71,7 @@ func newFixture(t *testing.T, cfg stream.Config, cluster stream.Cluster) *fixtur
 // like adds n likes to product id in one transaction.
 func (f *fixture) like(t *testing.T, id, n int64) {
 	t.Helper()
-	_, err := f.db.Exec(`INSERT INTO product_likes AS m (product_id, like_count) VALUES ($1, $2)
+	_, err := f.db.ExecContext(t.Context(), `INSERT INTO product_likes AS m (product_id, like_count) VALUES ($1, $2)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + EXCLUDED.like_count, updated_at = now()`, id, n)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func (f *fixture) like(t *testing.T, id, n int64) {
 // it (every product has a row, of zeros until it changes).
 func (f *fixture) likes(t *testing.T) map[int64]int64 {
 	t.Helper()
-	rows, err := f.db.Query(`SELECT product_id, like_count FROM product_metrics WHERE like_count > 0`)
+	rows, err := f.db.QueryContext(t.Context(), `SELECT product_id, like_count FROM product_metrics WHERE like_count > 0`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +94,9 @@ func (f *fixture) likes(t *testing.T) map[int64]int64 {
 			t.Fatal(err)
 		}
 		out[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
@@ -206,7 +209,7 @@ func TestOrderAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = slow.Rollback() }() // a no-op once committed
-	if _, err := slow.Exec(`INSERT INTO product_likes AS m (product_id, like_count) VALUES (4, 100)
+	if _, err := slow.ExecContext(t.Context(), `INSERT INTO product_likes AS m (product_id, like_count) VALUES (4, 100)
 		ON CONFLICT (product_id) DO UPDATE SET like_count = m.like_count + 100`); err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,11 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	get := func(path string) (int, string) {
 		t.Helper()
-		res, err := http.Get(base + path)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

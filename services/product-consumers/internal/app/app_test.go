@@ -217,7 +217,11 @@ func TestConsumersAggregate(t *testing.T) {
 		t.Errorf("dead letters: unknown type %v, not a CloudEvent %v; want both", sawPoison, sawGarbage)
 	}
 
-	resp, err := http.Get("http://" + admin + "/metrics")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+admin+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

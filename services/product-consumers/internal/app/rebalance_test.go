@@ -166,7 +166,7 @@ func TestTwoInstancesUnderInitialRebalanceDelay(t *testing.T) {
 		t.Fatalf("%d partitions assigned during the delay (%v), want none", assigned, err)
 	}
 	for _, a := range admins {
-		if code, _, err := get("http://" + a + "/readyz"); err != nil || code != http.StatusOK {
+		if code, _, err := get(t.Context(), "http://"+a+"/readyz"); err != nil || code != http.StatusOK {
 			t.Errorf("/readyz of %s during the delay: %d %v, want 200: readiness does not wait for the groups", a, code, err)
 		}
 	}
@@ -308,7 +308,7 @@ func TestTwoInstancesUnderInitialRebalanceDelay(t *testing.T) {
 // scrapeFamilies reads a /metrics page.
 func scrapeFamilies(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	code, body, err := get(url)
+	code, body, err := get(t.Context(), url)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("%s: %d %v", url, code, err)
 	}
@@ -330,9 +330,13 @@ func label(ls []*dto.LabelPair, name string) string {
 	return ""
 }
 
-// get fetches url.
-func get(url string) (int, []byte, error) {
-	resp, err := http.Get(url)
+// get fetches url, bound to ctx.
+func get(ctx context.Context, url string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

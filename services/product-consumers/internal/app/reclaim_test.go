@@ -137,7 +137,11 @@ func (s *stack) handled(consumer string) int {
 
 func (s *stack) scrape() string {
 	s.t.Helper()
-	resp, err := http.Get("http://" + s.admin + "/metrics")
+	req, err := http.NewRequestWithContext(s.t.Context(), http.MethodGet, "http://"+s.admin+"/metrics", nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}

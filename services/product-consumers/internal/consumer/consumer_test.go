@@ -36,7 +36,7 @@ func TestStoreErrPermanence(t *testing.T) {
 			// storeErr returns what stays retryable as it is, and wraps
 			// the rest in pcon.Permanent.
 			out := storeErr(in)
-			if got := !errors.Is(out, in) || out != in; got != tc.permanent {
+			if got := !errors.Is(out, in) || out != in; got != tc.permanent { //nolint:errorlint // identity is the point: a retryable error is returned unwrapped
 				t.Errorf("SQLSTATE %s: permanent %v, want %v (%v)", tc.code, got, tc.permanent, out)
 			}
 			if tc.permanent && out.Error() != pcon.Permanent(in).Error() {

@@ -49,7 +49,7 @@ func (h *Handlers) decodeSDK(ctx context.Context, r *pcon.Record) (events.Messag
 	}
 	ce, err := binding.ToEvent(ctx, kafka_sarama.NewMessageFromConsumerMessage(cm))
 	if err != nil {
-		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: not a CloudEvent: %v", events.ErrBadData, err))
+		return events.Message{}, pcon.Permanent(fmt.Errorf("%w: not a CloudEvent: %w", events.ErrBadData, err))
 	}
 	msg, err := h.reg.FromCloudEvent(*ce)
 	if err != nil {
