@@ -453,7 +453,7 @@ func (t *term) settle(o outcome) {
 		delete(t.attempts, e.unit)
 		t.r.metrics.observe(e.row.EventType, e.readNow.Sub(e.row.CreatedAt), o.at.Sub(e.readSent))
 		if e.passed {
-			t.settleHeld(e)
+			t.unhold(e)
 			t.res.Published++
 			t.r.metrics.published.Inc()
 		}
@@ -513,9 +513,8 @@ func (t *term) fail(e *entry, err error, msg string) {
 	}
 }
 
-// settleHeld forgets a held row that is published or failed.
-func (t *term) settleHeld(e *entry) { t.unhold(e) }
-
+// unhold forgets a held row that is published or failed: it leaves
+// outbox_held in the next advance, or is never written there.
 func (t *term) unhold(e *entry) {
 	delete(t.held, e.row.ID)
 	if t.toHold[e.row.ID] {
