@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"strings"
-	"syscall"
+
+	"github.com/loopers/commerce-pipeline/internal/mavenjars"
 )
 
 // javaSources are the Java peers, each a directory of java/ with a pinned
@@ -52,19 +49,7 @@ func (p javaPeer) cacheDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	root := os.Getenv("PEERS_CACHE")
-	if root == "" {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("bench/peers: no cache directory (set PEERS_CACHE): %w", err)
-		}
-		root = filepath.Join(dir, "commerce-pipeline", "peers")
-	}
-	h := sha256.New()
-	h.Write(pom)
-	h.Write([]byte{0})
-	h.Write(src)
-	return filepath.Join(root, string(p)+"-"+hex.EncodeToString(h.Sum(nil))[:12]), nil
+	return mavenjars.CacheDir("PEERS_CACHE", "peers", string(p), pom, src)
 }
 
 // classpath returns the peer's Java classpath (its compiled Peer class and
@@ -81,72 +66,22 @@ func (p javaPeer) classpath(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cp := filepath.Join(dir, "classes") + string(os.PathListSeparator) + filepath.Join(dir, "libs", "*")
-	built := filepath.Join(dir, "built")
-	if _, err := os.Stat(built); err == nil {
-		return cp, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("bench/peers: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", fmt.Errorf("bench/peers: %w", err)
-	}
-	defer lock.Close() // closing the file releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("bench/peers: lock %s: %w", dir, err)
-	}
-	if _, err := os.Stat(built); err == nil {
-		return cp, nil // built by another process while this one waited
-	}
 	pom, src, err := p.files()
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pom.xml"), pom, 0o644); err != nil {
-		return "", fmt.Errorf("bench/peers: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "Peer.java"), src, 0o644); err != nil {
-		return "", fmt.Errorf("bench/peers: %w", err)
-	}
-	// -C: a jar whose checksum does not match Maven Central's is an error.
-	libs := filepath.Join(dir, "libs")
-	if err := p.step(ctx, libs, "mvn", "-B", "-q", "-C", "-f", filepath.Join(dir, "pom.xml"),
-		"dependency:copy-dependencies", "-DincludeScope=runtime", "-DoutputDirectory="+libs+".tmp"); err != nil {
-		return "", err
-	}
 	classes := filepath.Join(dir, "classes")
-	if err := p.step(ctx, classes, "javac", "-nowarn", "-d", classes+".tmp",
-		"-cp", filepath.Join(libs, "*"), filepath.Join(dir, "Peer.java")); err != nil {
-		return "", err
+	libs, err := mavenjars.Build(ctx, dir, pom, func(ctx context.Context, libs string) error {
+		if err := os.WriteFile(filepath.Join(dir, "Peer.java"), src, 0o644); err != nil {
+			return err
+		}
+		return mavenjars.Step(ctx, classes, "javac", "-nowarn", "-d", classes+".tmp",
+			"-cp", filepath.Join(libs, "*"), filepath.Join(dir, "Peer.java"))
+	})
+	if err != nil {
+		return "", fmt.Errorf("bench/peers: build the %s peer: %w\n%w", p, err, errNoJDK)
 	}
-	if err := os.WriteFile(built, nil, 0o644); err != nil {
-		return "", fmt.Errorf("bench/peers: %w", err)
-	}
-	return cp, nil
-}
-
-// step runs a build command that writes into out+".tmp" and renames that to
-// out once it succeeded, so that a broken build never leaves a half
-// directory behind for the next run to trust.
-func (p javaPeer) step(ctx context.Context, out, name string, args ...string) error {
-	if err := os.RemoveAll(out + ".tmp"); err != nil {
-		return fmt.Errorf("bench/peers: %w", err)
-	}
-	if err := os.RemoveAll(out); err != nil {
-		return fmt.Errorf("bench/peers: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, name, args...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("bench/peers: build the %s peer: %s %s: %w\n%s\n%w", p, name, strings.Join(args, " "), err, log.Bytes(), errNoJDK)
-	}
-	if err := os.Rename(out+".tmp", out); err != nil {
-		return fmt.Errorf("bench/peers: %w", err)
-	}
-	return nil
+	return classes + string(os.PathListSeparator) + filepath.Join(libs, "*"), nil
 }
 
 // command is the java command that runs the peer with args: the JVM's
