@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // TestOps: the admin endpoints (Ops) and the public probes (Probes) on
@@ -60,14 +61,7 @@ func TestOps(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dbErr = tc.dbErr
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv[tc.listener].URL+tc.path, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := testenv.Get(t, srv[tc.listener].URL+tc.path)
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tc.wantStatus || !strings.Contains(string(body), tc.wantBody) {
@@ -146,20 +140,13 @@ func TestServeStopsOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- httpserver.Serve(ctx, slog.New(slog.DiscardHandler), srv, ready) }()
 	addr := <-ready
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, "http://"+addr)
 	resp.Body.Close()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Serve returned %v after cancel, want nil", err)
 	}
-	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr, nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
 )
@@ -29,14 +30,7 @@ func TestStreamHTTP(t *testing.T) {
 	defer cancel()
 	go func() { _ = hub.Run(ctx) }()
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+"/api/v1/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, e.srv.URL+"/api/v1/stream")
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		t.Fatalf("stream: %d %q, want 200 text/event-stream", resp.StatusCode, ct)
@@ -107,14 +101,7 @@ func TestStreamOutlivesServerTimeouts(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/api/v1/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, srv.URL+"/api/v1/stream")
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	start := time.Now()
@@ -142,14 +129,7 @@ func TestLivePageServed(t *testing.T) {
 		if !strings.Contains(string(page.Body), `"`+asset+`"`) {
 			t.Errorf("the page does not load %s", asset)
 		}
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+asset, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := testenv.Get(t, e.srv.URL+asset)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("GET %s: %d", asset, resp.StatusCode)

@@ -34,14 +34,7 @@ func serve(t *testing.T, cfg Config) (addrs Addrs, done <-chan error, cancel con
 // get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, url)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
@@ -87,14 +80,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if code, _ := get(t, admin+"/api/v1/products"); code != http.StatusNotFound {
 		t.Errorf("admin /api/v1/products: %d, want 404 (the API is public)", code)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, public+"/api/v1/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed by the defer below; a goroutine reads it
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, public+"/api/v1/stream") //nolint:bodyclose // closed by the defer below; a goroutine reads it
 	defer resp.Body.Close()
 	first := make([]byte, 64)
 	if _, err := resp.Body.Read(first); err != nil {

@@ -35,14 +35,7 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	}()
 	addr := addrs.HTTP
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/api/v1/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed by the defer below; a goroutine reads it
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, "http://"+addr+"/api/v1/stream") //nolint:bodyclose // closed by the defer below; a goroutine reads it
 	defer resp.Body.Close()
 	hold := 3 * cfg.RequestTimeout
 	lines := make(chan string)
@@ -97,14 +90,7 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 		t.Errorf("%d summaries in %v, longest gap %v; want at least %d, none more than 2.5 s apart", summaries, hold, longest, want)
 	}
 	// Other routes keep their deadline: the page's own request returns.
-	req, err = http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/api/v1/products", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := testenv.Get(t, "http://"+addr+"/api/v1/products")
 	r.Body.Close()
 	if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		t.Errorf("GET /api/v1/products during the stream: %d %q", r.StatusCode, r.Header.Get("Content-Type"))

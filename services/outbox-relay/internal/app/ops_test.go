@@ -52,14 +52,7 @@ func TestOpsEndpoints(t *testing.T) {
 	}
 	get := func(path string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := testenv.Get(t, base+path)
 		defer res.Body.Close()
 		body, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(body)

@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -217,14 +216,7 @@ func TestConsumersAggregate(t *testing.T) {
 		t.Errorf("dead letters: unknown type %v, not a CloudEvent %v; want both", sawPoison, sawGarbage)
 	}
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+admin+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := testenv.Get(t, "http://"+admin+"/metrics")
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, series := range []string{
