@@ -564,3 +564,58 @@ func TestViewFloodSparesHeartbeat(t *testing.T) {
 	}
 	t.Logf("%d view calls in %v: %v database reads", calls.Load(), elapsed.Round(time.Millisecond), reads)
 }
+
+// TestAssignmentWrittenOnce: while the hook's write of an assignment waits
+// on the database, the heartbeats' retry of unwritten assignments leaves it
+// alone. Written twice, the row's version would count two, the answer that
+// came back last could set the member's version to one, and every lag report
+// after it would be refused as superseded: the partition would never show
+// as handled.
+func TestAssignmentWrittenOnce(t *testing.T) {
+	t.Parallel()
+	url := testenv.DatabaseURL(t)
+	st := openStore(t, url)
+	ctx := t.Context()
+	m := join(t, url, fastConfig("a"), "consumer")
+	var processed atomic.Uint64
+	m.WatchStats("g", func() pcon.Stats {
+		return pcon.Stats{Group: "g", Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, Processed: processed.Load()}}}
+	})
+	m.Start(ctx)
+	t.Cleanup(m.Leave)
+	waitStatus(t, st, map[string]string{"a": StatusAlive})
+
+	// Writes to the registry wait until the lock goes, for less than the
+	// heartbeat's timeout (SuspectAfter): several heartbeats come meanwhile.
+	tx, err := st.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE cluster_assignments IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	hooked := make(chan struct{})
+	go func() {
+		defer close(hooked)
+		m.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1}})
+	}()
+	time.Sleep(fastConfig("a").SuspectAfter * 3 / 4)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-hooked
+	processed.Store(1)
+
+	type row struct {
+		Version int64
+		Handled bool
+	}
+	waitEqual(t, "the assignment's row", row{Version: 1, Handled: true}, func() row {
+		var r row
+		if err := st.pool.QueryRow(ctx, `SELECT version, first_handled_at IS NOT NULL FROM cluster_assignments
+			WHERE group_id = 'g' AND topic = 't' AND partition = 0`).Scan(&r.Version, &r.Handled); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	})
+}

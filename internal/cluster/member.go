@@ -53,9 +53,15 @@ type Member struct {
 
 // owned is a partition this node owns, as the assignment hooks said.
 type owned struct {
-	epoch      uint64
-	offset     int64
-	version    int64 // 0 until the assignment is written
+	epoch   uint64
+	offset  int64
+	version int64 // 0 until the assignment is written
+	// writing: a write of the assignment is in flight. The heartbeat's
+	// retry leaves it alone: two writes of one assignment would both be
+	// applied, the row's version would count two, and whichever answer came
+	// back last would set version, so a lower one would have every lag
+	// report refused as superseded.
+	writing    bool
 	assignedAt time.Time
 	baseline   uint64 // records handled by the partition before this assignment
 	ready      bool   // a record was handled since the assignment
@@ -284,7 +290,7 @@ func (m *Member) WatchStats(group string, stats func() pcon.Stats) {
 func (m *Member) OnAssigned(group string, ps []pcon.PartitionEvent) {
 	for _, p := range ps {
 		c := claim{Group: group, Topic: p.Topic, Partition: p.Partition}
-		o := &owned{epoch: p.Epoch, offset: p.Offset, assignedAt: time.Now(), baseline: m.handled(group, c)}
+		o := &owned{epoch: p.Epoch, offset: p.Offset, assignedAt: time.Now(), baseline: m.handled(group, c), writing: true}
 		m.mu.Lock()
 		m.owned[c] = o
 		m.mu.Unlock()
@@ -331,6 +337,9 @@ func (m *Member) OnRevoked(group string, ps []pcon.PartitionEvent) {
 // claim: the group moved the partition on, and that owner's hooks rule.
 func (m *Member) writeAssignment(ctx context.Context, c claim, o *owned, late bool) error {
 	version, moved, err := m.store.assign(ctx, c, m.cfg.NodeID, o.epoch, o.offset, late)
+	m.mu.Lock()
+	o.writing = false
+	m.mu.Unlock()
 	if errors.Is(err, ErrSuperseded) {
 		m.mu.Lock()
 		if m.owned[c] == o {
@@ -360,7 +369,8 @@ func (m *Member) retryAssignments(ctx context.Context) {
 		claims  []*owned
 	)
 	for c, o := range m.owned {
-		if o.version == 0 {
+		if o.version == 0 && !o.writing {
+			o.writing = true
 			pending, claims = append(pending, c), append(claims, o)
 		}
 	}
