@@ -118,7 +118,7 @@ func parse(args []string) (options, error) {
 	fs.IntVar(&o.records, "records", 100_000, "records per consumer cell (fewer where the cell's ceiling, cap ÷ handler time, would take longer than -cell-time)")
 	fs.DurationVar(&o.cellTime, "cell-time", 5*time.Second, "how long a sleeping-handler cell runs at its ceiling")
 	fs.IntVar(&o.rounds, "rounds", 3, "measured rounds per cell, each side once per round, alternating which goes first")
-	fs.BoolVar(&o.warmup, "warmup", true, "run each side once before the rounds, discarded")
+	fs.BoolVar(&o.warmup, "warmup", true, "run each side once before the rounds, discarded (relay arm: 3 s at the first -rates)")
 	liveRates := fs.String("live-rates", "1000,10000", "records/s of the live consumer runs (empty: none)")
 	fs.DurationVar(&o.liveTime, "live-time", 10*time.Second, "length of each live run")
 	fs.IntVar(&o.liveCap, "live-cap", 100, "concurrency cap of the live runs (1 ms handler, 1,000 keys, KEY)")
@@ -126,7 +126,7 @@ func parse(args []string) (options, error) {
 	fs.DurationVar(&o.latencyTime, "latency-time", 10*time.Second, "length of each relay latency run")
 	fs.IntVar(&o.drainRows, "drain-rows", 100_000, "outbox rows of the relay drain runs (0: none)")
 	fs.IntVar(&o.writers, "writers", 8, "connections committing the relay latency runs' rows on the schedule, as commerce-api's concurrent requests do (their commits reach the outbox out of id order)")
-	fs.IntVar(&o.relayRounds, "relay-rounds", 1, "runs of every relay-arm side per phase, in turn; median (min–max) reported")
+	fs.IntVar(&o.relayRounds, "relay-rounds", 3, "runs of every relay-arm side per phase, each round starting with the next side; median (min–max) reported")
 	peers := fs.String("relay-peers", "relay,debezium,debezium-tuned,watermill,watermill-tuned", "relay-arm sides")
 	fs.StringVar(&o.docs, "docs", "", "also write the results into this Markdown file's peer section (docs/benchmarks.md), between its peers markers")
 	if err := fs.Parse(args); err != nil {

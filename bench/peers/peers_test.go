@@ -39,7 +39,7 @@ func TestArmsTiny(t *testing.T) {
 	o, err := parse([]string{
 		"-nodes", "1",
 		"-handlers", "1ms", "-keys", "uniform", "-orderings", "KEY", "-caps", "100",
-		"-records", "2000", "-cell-time", "2s", "-rounds", "1", "-warmup=false",
+		"-records", "2000", "-cell-time", "2s", "-rounds", "1", "-warmup=false", "-relay-rounds", "1",
 		"-live-rates", "500", "-live-time", "2s",
 		"-rates", "200", "-latency-time", "2s", "-drain-rows", "2000",
 		"-relay-peers", "relay,debezium,watermill",
