@@ -187,8 +187,8 @@ type identity struct {
 	Brokers []string
 	Prefix  string
 	TLS     bool
-	User    string `json:"sasl_username"`
-	Cert    string `json:"tls_cert_file"`
+	User    string `json:"saslUsername"`
+	Cert    string `json:"tlsCertFile"`
 }
 
 // connectedAs returns the identities a service's log says it connected

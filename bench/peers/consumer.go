@@ -352,7 +352,7 @@ func (a *consumerArm) cell(ctx context.Context, cell consumerCell) (cellResult, 
 				return cellResult{}, err
 			}
 			slog.Info("consumer run", "side", s, "cell", cell.String(), "round", round+1, "records", n,
-				"records_per_s", int(r.rate), "cpu_s_per_1k", r.cpuPer1k())
+				"recordsPerS", int(r.rate), "cpuSPer1k", r.cpuPer1k())
 			if round >= 0 {
 				out.runs[s] = append(out.runs[s], r)
 			}

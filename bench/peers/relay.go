@@ -208,7 +208,7 @@ func runRelayArm(ctx context.Context, o options, c *kafkabroker.Cluster, self st
 					return nil, err
 				}
 				a.res.drain[p] = append(a.res.drain[p], ph)
-				slog.Info("relay drain run", "side", p, "rows", ph.n, "events_per_s", int(ph.rate))
+				slog.Info("relay drain run", "side", p, "rows", ph.n, "eventsPerS", int(ph.rate))
 			}
 		}
 	}

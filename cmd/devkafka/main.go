@@ -60,7 +60,7 @@ func run(ctx context.Context, logger *slog.Logger, args []string) error {
 		names[i] = t.Name
 	}
 	logger.Info("Kafka broker ready", "broker", b.Version, "addrs", b.Brokers, "startup", b.Started.Round(1e6).String(),
-		"topics", names, "partitions", *partitions, "replication", devkafka.Replication(*nodes), "min.insync.replicas", devkafka.MinInsync(*nodes))
+		"topics", names, "partitions", *partitions, "replication", devkafka.Replication(*nodes), "minInsyncReplicas", devkafka.MinInsync(*nodes))
 	<-ctx.Done()
 	logger.Info("Kafka broker stopping")
 	return b.Close()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -60,7 +59,7 @@ func TestRedriversAndPipelinectlAtOnce(t *testing.T) {
 		// group under the prefix.
 		r, err := reclaim.New(reclaim.Config{
 			Kafka: s.kafka.Settings, Topics: s.kafka.Topics(topics), DLTSuffix: events.DLTSuffix, ParkSuffix: events.ParkedSuffix, Group: s.kafka.Group(reclaim.Group),
-			Count: 100, MaxRedrives: 3, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Lock: reclaim.PGLock(db),
+			Count: 100, MaxRedrives: 3, Logger: slog.New(slog.DiscardHandler), Lock: reclaim.PGLock(db),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
-var quiet = slog.New(slog.NewJSONHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // fast heartbeats so status changes take a fraction of a second.
 func fastConfig(id string) Config {

@@ -357,11 +357,11 @@ func (s Settings) String() string {
 func (s Settings) LogValue() slog.Value {
 	attrs := []slog.Attr{slog.Any("brokers", s.Brokers), slog.String("prefix", s.Prefix), slog.Bool("tls", s.TLS != nil)}
 	if s.TLS != nil {
-		attrs = append(attrs, slog.String("tls_ca_file", s.TLS.CAFile), slog.String("tls_cert_file", s.TLS.CertFile),
-			slog.String("tls_server_name", s.TLS.ServerName))
+		attrs = append(attrs, slog.String("tlsCaFile", s.TLS.CAFile), slog.String("tlsCertFile", s.TLS.CertFile),
+			slog.String("tlsServerName", s.TLS.ServerName))
 	}
 	if s.SASL != nil {
-		attrs = append(attrs, slog.String("sasl_mechanism", s.SASL.Mechanism), slog.String("sasl_username", s.SASL.Username))
+		attrs = append(attrs, slog.String("saslMechanism", s.SASL.Mechanism), slog.String("saslUsername", s.SASL.Username))
 	}
 	if s.Role != "" {
 		attrs = append(attrs, slog.String("role", s.Role))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -223,7 +222,7 @@ func (e *env) reclaimer(reg prometheus.Registerer, change func(*reclaim.Config))
 	cfg := reclaim.Config{
 		Kafka: k, Topics: e.topics(domains...), DLTSuffix: ".DLT", Group: e.kafka.Group(reclaim.Group),
 		MinIdle: time.Minute, Count: 100, MaxRedrives: 3, ReadTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registerer: reg,
+		Logger: slog.New(slog.DiscardHandler), Registerer: reg,
 	}
 	if change != nil {
 		change(&cfg)

@@ -349,7 +349,7 @@ func (c *Consumer) metadataLimitLowered(tp engine.TP, refused, limit int) {
 		level = slog.LevelWarn
 	}
 	c.log.Log(context.Background(), level, msgMetadataRefused,
-		"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "refused_bytes", refused, "limit", limit,
+		"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "refusedBytes", refused, "limit", limit,
 		"hint", "the broker's offset.metadata.max.bytes is below pcon's limit: a new owner of a partition handles again the completed records the shorter metadata leaves out")
 }
 

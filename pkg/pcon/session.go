@@ -145,7 +145,7 @@ func (h *groupHandler) confirm(sess sarama.ConsumerGroupSession, commits map[eng
 				refused[tp] = len(cm.Metadata)
 			}
 			c.log.Debug("pcon: commit not found; committing it again with less metadata",
-				"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "offset", cm.Offset, "metadata_bytes", len(cm.Metadata))
+				"group", c.cfg.Group, "topic", tp.Topic, "partition", tp.Partition, "offset", cm.Offset, "metadataBytes", len(cm.Metadata))
 			cm.Metadata = offsets.Reencode(cm.Metadata, offsets.ShorterLimit(len(cm.Metadata)))
 			pending[tp] = cm
 			h.marked[tp] = cm

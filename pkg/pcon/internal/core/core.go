@@ -185,7 +185,7 @@ func (c *Core) Assign(tp engine.TP, start int64, meta string) uint64 {
 			c.log.Info("pcon: ignoring commit metadata", "topic", tp.Topic, "partition", tp.Partition, ErrKey, err)
 		case base != start:
 			c.log.Info("pcon: ignoring commit metadata written for another offset",
-				"topic", tp.Topic, "partition", tp.Partition, "committed", start, "metadata_offset", base)
+				"topic", tp.Topic, "partition", tp.Partition, "committed", start, "metadataOffset", base)
 		default:
 			hydrated = done
 		}
@@ -491,13 +491,13 @@ func (c *Core) gateLocked() {
 	case !c.paused && load >= c.cfg.MaxInFlight:
 		c.paused = true
 		c.deps.SetPaused(true)
-		c.log.Info("pcon: fetching paused", "load", load, "max_in_flight", c.cfg.MaxInFlight,
-			"in_flight", c.inflight, "queued", c.queued, "waiting_retry", c.waiting)
+		c.log.Info("pcon: fetching paused", "load", load, "maxInFlight", c.cfg.MaxInFlight,
+			"inFlight", c.inflight, "queued", c.queued, "waitingRetry", c.waiting)
 	case c.paused && load <= int(float64(c.cfg.MaxInFlight)*ResumeRatio):
 		c.paused = false
 		c.deps.SetPaused(false)
-		c.log.Info("pcon: fetching resumed", "load", load, "max_in_flight", c.cfg.MaxInFlight,
-			"in_flight", c.inflight, "queued", c.queued, "waiting_retry", c.waiting)
+		c.log.Info("pcon: fetching resumed", "load", load, "maxInFlight", c.cfg.MaxInFlight,
+			"inFlight", c.inflight, "queued", c.queued, "waitingRetry", c.waiting)
 	}
 }
 

@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		refresher.Go(func() { v.Run(authCtx) })
 		if cfg.Auth.PlainHTTP() {
 			logger.Warn("AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
-				"jwksURL", cfg.Auth.JWKSURL)
+				"jwksUrl", cfg.Auth.JWKSURL)
 		}
 	default:
 		warnOpenHeaderMode(logger, cfg.HTTPAddr)

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -35,7 +34,7 @@ func TestLeaderHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	const ttl = 200 * time.Millisecond
 	elector := func(owner string) *Elector {
 		e, err := New(st, outbox.RelayLease, owner, ttl, logger, nil)

@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -37,7 +36,7 @@ func TestNeverTwoLeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	logger := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	logger := slog.New(slog.DiscardHandler)
 	const nodes, terms, ttl = 8, 100, 150 * time.Millisecond
 
 	var (

@@ -3,7 +3,6 @@ package publisher
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ func TestProduceOutcomes(t *testing.T) {
 	t.Parallel()
 	reg := events.NewRegistry()
 	kafka := testenv.Kafka(t, reg.AllTopics()...)
-	p, err := New(kafka.Settings, 5*time.Second, reg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	p, err := New(kafka.Settings, 5*time.Second, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

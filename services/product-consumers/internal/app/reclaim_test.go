@@ -178,7 +178,7 @@ func (s *stack) reclaimer(count int) *reclaim.Reclaimer {
 	r, err := reclaim.New(reclaim.Config{
 		Kafka: s.kafka.Settings, Topics: s.kafka.Topics([]string{"like-events", "order-events"}), DLTSuffix: events.DLTSuffix,
 		Group: s.kafka.Group(reclaim.Group), MinIdle: time.Nanosecond, Count: count, MaxRedrives: 3,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		s.t.Fatal(err)
