@@ -80,7 +80,8 @@ func (l *Loader) Vars() []Var { return append([]Var(nil), l.vars...) }
 // Deprecation (Deprecations); New and Old both set to different values is
 // an error naming both. Vars lists the old names under the new one. A
 // service declares its renames before it reads anything, so that shared
-// loaders (the cluster's, Kafka's) see them too.
+// loaders (the cluster's, Kafka's) see them too. Secret reads its variable
+// as it is and knows no old names: no credential has been renamed.
 func (l *Loader) Renamed(renames ...Rename) {
 	if l.renamed == nil {
 		l.renamed = map[string][]string{}
