@@ -154,8 +154,8 @@ func TestComposeHealthAndOrder(t *testing.T) {
 func TestComposeStaticMembership(t *testing.T) {
 	t.Parallel()
 	e := env(loadCompose(t).Services["product-consumers"])
-	if e["CONSUMER_INSTANCE_ID"] == "" && e["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
-		t.Error("product-consumers must set CONSUMER_INSTANCE_ID (or CONSUMER_STATIC_MEMBERSHIP=false)")
+	if e["CLUSTER_NODE_ID"] == "" && e["PRODUCT_CONSUMERS_STATIC_MEMBERSHIP"] != "false" {
+		t.Error("product-consumers must set CLUSTER_NODE_ID (or PRODUCT_CONSUMERS_STATIC_MEMBERSHIP=false)")
 	}
 }
 

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/loopers/commerce-pipeline/internal/config"
 	"github.com/loopers/commerce-pipeline/internal/service"
 )
@@ -30,7 +33,7 @@ func readDoc(t *testing.T) map[string]map[string]docRow {
 			section = strings.TrimSpace(h)
 			continue
 		}
-		if !strings.HasPrefix(line, "| `") {
+		if !strings.HasPrefix(line, "| `") || section == deprecatedSection {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), " | ")
@@ -55,6 +58,56 @@ func readDoc(t *testing.T) map[string]map[string]docRow {
 		doc[section][name] = row
 	}
 	return doc
+}
+
+// deprecatedSection is the heading of docs/configuration.md's table of
+// renamed variables: old name, new name, program.
+const deprecatedSection = "Deprecated names"
+
+// rename is one row of the deprecated names' table.
+type rename struct{ Program, Old, New string }
+
+// readDeprecated returns the rows of the deprecated names' table.
+func readDeprecated(t *testing.T) []rename {
+	t.Helper()
+	var rows []rename
+	section := ""
+	for i, line := range strings.Split(string(readFile(t, "docs/configuration.md")), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			section = strings.TrimSpace(h)
+			continue
+		}
+		if section != deprecatedSection || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) != 3 {
+			t.Fatalf("configuration.md:%d: want 3 cells (old, new, program), got %d: %s", i+1, len(cells), line)
+		}
+		rows = append(rows, rename{Program: strings.TrimSpace(cells[2]), Old: firstCode(cells[0]), New: firstCode(cells[1])})
+	}
+	return rows
+}
+
+// TestDeprecatedNamesDocument: the document's table of old names is what
+// the binaries read under each new name, no more and no less.
+func TestDeprecatedNamesDocument(t *testing.T) {
+	t.Parallel()
+	var want []rename
+	for _, p := range programs {
+		for _, v := range programVars(t, p) {
+			for _, old := range v.Deprecated {
+				want = append(want, rename{Program: p, Old: old, New: v.Name})
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("no binary reports a deprecated name: the check would pass on an empty table")
+	}
+	less := func(a, b rename) bool { return a.Program+a.Old < b.Program+b.Old }
+	if diff := cmp.Diff(want, readDeprecated(t), cmpopts.SortSlices(less)); diff != "" {
+		t.Errorf("docs/configuration.md's %q table differs from what the binaries report with %s (-binaries +document):\n%s", deprecatedSection, service.ConfigVarsFlag, diff)
+	}
 }
 
 func firstCode(cell string) string {

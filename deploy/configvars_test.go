@@ -57,12 +57,16 @@ func TestProgramVars(t *testing.T) {
 		want config.Var
 	}{
 		{"url", got, config.Var{Name: "DATABASE_URL", Kind: "URL", Required: true, Allowed: []string{"postgres", "postgresql"}}},
-		{"duration", got, config.Var{Name: "EVENT_HANDLED_RETENTION", Kind: "Duration", Default: "168h0m0s"}},
-		{"list with allowed items", got, config.Var{Name: "CONSUMERS", Kind: "List", Default: "like,order,view,stock", Allowed: []string{"like", "order", "view", "stock"}}},
+		{"duration", got, config.Var{Name: "PRODUCT_CONSUMERS_HANDLED_RETENTION", Kind: "Duration", Default: "168h0m0s", Deprecated: []string{"EVENT_HANDLED_RETENTION"}}},
+		{"list with allowed items", got, config.Var{Name: "PRODUCT_CONSUMERS_GROUPS", Kind: "List", Default: "like,order,view,stock", Allowed: []string{"like", "order", "view", "stock"},
+			Deprecated: []string{"CONSUMERS"}}},
+		{"bool", got, config.Var{Name: "PRODUCT_CONSUMERS_RECLAIM_ENABLED", Kind: "Bool", Default: "true", Deprecated: []string{"RECLAIM_ENABLED"}}},
 		{"required list", got, config.Var{Name: "KAFKA_BROKERS", Kind: "List", Required: true}},
-		{"int", got, config.Var{Name: "CONSUMER_MAX_IN_FLIGHT", Kind: "PositiveInt", Default: "1000"}},
+		{"int", got, config.Var{Name: "PRODUCT_CONSUMERS_MAX_IN_FLIGHT", Kind: "PositiveInt", Default: "1000", Deprecated: []string{"CONSUMER_MAX_IN_FLIGHT"}}},
 		{"shared database setting", got, config.Var{Name: "DB_MAX_CONNS", Kind: "PositiveInt", Default: "16"}},
-		{"computed default", relay, config.Var{Name: "OUTBOX_RELAY_NODE_ID", Kind: "String", Default: "defaultNodeID()"}},
+		{"computed default, the one identity", relay, config.Var{Name: "CLUSTER_NODE_ID", Kind: "String", Default: "defaultNodeID()", Deprecated: []string{"OUTBOX_RELAY_NODE_ID"}}},
+		{"identity of the consumers", got, config.Var{Name: "CLUSTER_NODE_ID", Kind: "String", Default: "defaultNodeID()", Deprecated: []string{"CONSUMER_INSTANCE_ID"}}},
+		{"the runtime's variable, the relay's default", relay, config.Var{Name: "GOGC", Kind: "String", Default: "400", Deprecated: []string{"OUTBOX_RELAY_GC_PERCENT"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -496,19 +496,19 @@ func TestStaticMembership(t *testing.T) {
 			fieldOf[e.Name] = e.ValueFrom.FieldRef.FieldPath
 		}
 	}
-	for _, v := range []string{"CONSUMER_INSTANCE_ID", "CLUSTER_NODE_ID"} {
+	for _, v := range []string{"CLUSTER_NODE_ID", "CLUSTER_NODE_ID"} {
 		if fieldOf[v] != "metadata.name" {
 			t.Errorf("%s must be the pod name (fieldRef metadata.name), got %q", v, fieldOf[v])
 		}
 	}
 	set := containerEnv(t, r, c)
-	if v := set["CONSUMER_STATIC_MEMBERSHIP"]; v != "" && v != "true" {
-		t.Errorf("CONSUMER_STATIC_MEMBERSHIP=%q in the StatefulSet", v)
+	if v := set["PRODUCT_CONSUMERS_STATIC_MEMBERSHIP"]; v != "" && v != "true" {
+		t.Errorf("PRODUCT_CONSUMERS_STATIC_MEMBERSHIP=%q in the StatefulSet", v)
 	}
 	// A pod replaced by a rollout restarts (migrations included) before
 	// the session times out, or the broker rebalances anyway.
-	if d, err := time.ParseDuration(set["KAFKA_SESSION_TIMEOUT"]); err != nil || d < 30*time.Second {
-		t.Errorf("KAFKA_SESSION_TIMEOUT=%q; want at least 30s, the time a replaced pod needs to rejoin", set["KAFKA_SESSION_TIMEOUT"])
+	if d, err := time.ParseDuration(set["PRODUCT_CONSUMERS_SESSION_TIMEOUT"]); err != nil || d < 30*time.Second {
+		t.Errorf("PRODUCT_CONSUMERS_SESSION_TIMEOUT=%q; want at least 30s, the time a replaced pod needs to rejoin", set["PRODUCT_CONSUMERS_SESSION_TIMEOUT"])
 	}
 	gov, ok := r.services[s.Spec.ServiceName]
 	if !ok || gov.Spec.ClusterIP != corev1.ClusterIPNone || !labels.SelectorFromSet(gov.Spec.Selector).Matches(labels.Set(s.Spec.Template.Labels)) {
@@ -519,7 +519,7 @@ func TestStaticMembership(t *testing.T) {
 	}
 	for name, d := range r.deployments {
 		for _, c := range d.Spec.Template.Spec.Containers {
-			if strings.Contains(c.Image, "product-consumers") && containerEnv(t, r, c)["CONSUMER_STATIC_MEMBERSHIP"] != "false" {
+			if strings.Contains(c.Image, "product-consumers") && containerEnv(t, r, c)["PRODUCT_CONSUMERS_STATIC_MEMBERSHIP"] != "false" {
 				t.Errorf("Deployment %s runs product-consumers with static membership: its pods are renamed at every rollout", name)
 			}
 		}
@@ -720,7 +720,7 @@ func TestKustomizeOverlay(t *testing.T) {
 // be deployed by mistake; the example overlay names one, over https.
 func TestKustomizeAPIAuth(t *testing.T) {
 	t.Parallel()
-	provider := []string{"AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_JWKS_URL"}
+	provider := []string{"COMMERCE_API_AUTH_ISSUER", "COMMERCE_API_AUTH_AUDIENCE", "COMMERCE_API_AUTH_JWKS_URL"}
 	for _, tc := range []struct {
 		dir      string
 		provider bool
@@ -736,15 +736,15 @@ func TestKustomizeAPIAuth(t *testing.T) {
 				t.Fatal("no commerce-api")
 			}
 			env := containerEnv(t, r, pod.Spec.Containers[0])
-			if env["AUTH_MODE"] != "jwt" {
-				t.Errorf("AUTH_MODE=%q, want jwt", env["AUTH_MODE"])
+			if env["COMMERCE_API_AUTH_MODE"] != "jwt" {
+				t.Errorf("COMMERCE_API_AUTH_MODE=%q, want jwt", env["COMMERCE_API_AUTH_MODE"])
 			}
 			for _, v := range provider {
 				if got := env[v] != ""; got != tc.provider {
 					t.Errorf("%s=%q; want it set: %v", v, env[v], tc.provider)
 				}
 			}
-			for _, v := range []string{"AUTH_ISSUER", "AUTH_JWKS_URL"} {
+			for _, v := range []string{"COMMERCE_API_AUTH_ISSUER", "COMMERCE_API_AUTH_JWKS_URL"} {
 				if tc.provider && !strings.HasPrefix(env[v], "https://") {
 					t.Errorf("%s=%q, want an https URL", v, env[v])
 				}

@@ -282,7 +282,7 @@ func TestPlainSecret(t *testing.T) {
 		{name: "a URL with a user and no password", variable: "DATABASE_URL", value: "postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ca.crt"},
 		{name: "brokers", variable: "KAFKA_BROKERS", value: "kafka-kafka-bootstrap:9093"},
 		{name: "a password file's path", variable: "KAFKA_SASL_PASSWORD_FILE", value: "/etc/commerce-pipeline/kafka-user/password"},
-		{name: "an identity provider's URL", variable: "AUTH_JWKS_URL", value: "https://sso.example.com/realms/commerce/protocol/openid-connect/certs"},
+		{name: "an identity provider's URL", variable: "COMMERCE_API_AUTH_JWKS_URL", value: "https://sso.example.com/realms/commerce/protocol/openid-connect/certs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -259,7 +259,7 @@ func TestRunningServices(t *testing.T) {
 	relay := map[string]string{"DATABASE_URL": dbURL, "ADMIN_ADDR": addr["outbox-relay"], "OUTBOX_RELAY_INTERVAL": "200ms"}
 	maps.Copy(relay, kafka.Env())
 	startBinary(t, "outbox-relay", relay)
-	consumers := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "ADMIN_ADDR": addr["product-consumers"], "CONSUMER_RETRY_BACKOFF": "100ms"}
+	consumers := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "ADMIN_ADDR": addr["product-consumers"], "PRODUCT_CONSUMERS_RETRY_BACKOFF": "100ms"}
 	maps.Copy(consumers, kafka.Env())
 	startBinary(t, "product-consumers", consumers)
 	for _, a := range addr {

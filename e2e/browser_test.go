@@ -168,7 +168,7 @@ func TestLivePage(t *testing.T) {
 		until(fmt.Sprintf(`%s.textContent !== %q`, count, before)))
 	t.Logf("like count on the page went from %s to the next value %v after the click", before, time.Since(liked).Round(time.Millisecond))
 
-	// The page stays live: REQUEST_TIMEOUT (5 s, the default here) must not
+	// The page stays live: COMMERCE_API_REQUEST_TIMEOUT (5 s, the default here) must not
 	// end its stream. Any change of the status away from "live" counts.
 	eval[bool](t, ctx, `(() => {
 		const el = document.getElementById("status");

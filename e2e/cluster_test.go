@@ -64,12 +64,12 @@ func TestClusterView(t *testing.T) {
 	consumers := map[string]*stack.Proc{}
 	startConsumer := func(id string) {
 		env := clusterEnv(s.consumerEnv, id)
-		env["ADMIN_ADDR"], env["CONSUMERS"], env["CONSUMER_INSTANCE_ID"] = freeAddr(t), "like", id
+		env["ADMIN_ADDR"], env["PRODUCT_CONSUMERS_GROUPS"] = freeAddr(t), "like"
 		if id == "c-1" {
 			// c-1 is restarted below and must be back within its session:
 			// 20 s outlasts a restart on a loaded machine. c-3's stays
 			// 6 s, for its partitions to move soon once it is killed.
-			env["KAFKA_SESSION_TIMEOUT"] = "20s"
+			env["PRODUCT_CONSUMERS_SESSION_TIMEOUT"] = "20s"
 		}
 		consumers[id] = start(t, id+fmt.Sprint(time.Now().UnixNano()), "product-consumers", env)
 	}

@@ -37,7 +37,7 @@ func TestEventContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSystem(t)
-	s.consumerEnv["RECLAIM_INTERVAL"] = "500ms" // park the poison event below soon
+	s.consumerEnv["PRODUCT_CONSUMERS_RECLAIM_INTERVAL"] = "500ms" // park the poison event below soon
 	s.startRelay("relay-a")
 	s.startConsumers()
 

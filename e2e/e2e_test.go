@@ -243,17 +243,17 @@ func newSystemOn(t *testing.T, ks kafkaSetup) *system {
 	// The harness's shorter timings, unless the test wants the shipped ones.
 	relayTimings := map[string]string{"OUTBOX_RELAY_LEASE_TTL": "2s", "OUTBOX_RELAY_INTERVAL": "200ms", "OUTBOX_RELAY_RETRY_INTERVAL": "500ms"}
 	consumerTimings := map[string]string{
-		"CONSUMER_RETRY_BACKOFF": "100ms",
+		"PRODUCT_CONSUMERS_RETRY_BACKOFF": "100ms",
 		// A SIGKILLed member that does not come back holds its partitions
 		// until its session ends (the brokers allow sessions from 500 ms,
 		// testenv.BrokerProps).
-		"KAFKA_SESSION_TIMEOUT": "6s", "KAFKA_REBALANCE_TIMEOUT": "10s",
+		"PRODUCT_CONSUMERS_SESSION_TIMEOUT": "6s", "PRODUCT_CONSUMERS_REBALANCE_TIMEOUT": "10s",
 	}
 	if ks.ShippedDefaults {
 		relayTimings, consumerTimings = nil, nil
 	}
 	s.relayEnv = func(node string) map[string]string {
-		env := s.withKafka(map[string]string{"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t), "OUTBOX_RELAY_NODE_ID": node})
+		env := s.withKafka(map[string]string{"DATABASE_URL": s.dbURL, "ADMIN_ADDR": freeAddr(t), "CLUSTER_NODE_ID": node})
 		maps.Copy(env, relayTimings)
 		maps.Copy(env, ks.ServiceEnv["outbox-relay"])
 		return env

@@ -48,7 +48,7 @@ func TestIncidentParkedRedrive(t *testing.T) {
 	env := s.consumerEnv
 	// Permanent dead letters are parked at once; nothing else is re-driven
 	// by the schedule during the test.
-	env["RECLAIM_INTERVAL"], env["RECLAIM_MIN_IDLE"] = "200ms", "1h"
+	env["PRODUCT_CONSUMERS_RECLAIM_INTERVAL"], env["PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE"] = "200ms", "1h"
 	s.startConsumers()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, s.dbURL)

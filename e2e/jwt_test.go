@@ -59,7 +59,7 @@ func newIdentityProvider(t *testing.T) *identityProvider {
 
 // env is commerce-api's configuration trusting the provider.
 func (p *identityProvider) env() map[string]string {
-	return map[string]string{"AUTH_MODE": "jwt", "AUTH_ISSUER": p.issuer, "AUTH_AUDIENCE": p.audience, "AUTH_JWKS_URL": p.jwksURL}
+	return map[string]string{"COMMERCE_API_AUTH_MODE": "jwt", "COMMERCE_API_AUTH_ISSUER": p.issuer, "COMMERCE_API_AUTH_AUDIENCE": p.audience, "COMMERCE_API_AUTH_JWKS_URL": p.jwksURL}
 }
 
 // token is a valid token for sub with roles, for ten minutes.

@@ -74,7 +74,7 @@ func testSecurePipeline(t *testing.T, k *testenv.SecureKafka, listener, prefix, 
 	maps.Copy(consumerEnv, roleEnv(secureEnv(t, k, listener, users[kafka.RoleReclaimer], prefix), "RECLAIMER"))
 	// A pass a second, so that the poison event is parked while the test
 	// waits rather than a minute later.
-	consumerEnv["RECLAIM_INTERVAL"] = "1s"
+	consumerEnv["PRODUCT_CONSUMERS_RECLAIM_INTERVAL"] = "1s"
 	s := newSystemOn(t, kafkaSetup{Admin: &admin, ServiceEnv: map[string]map[string]string{
 		"outbox-relay": relayEnv, "product-consumers": consumerEnv,
 	}})

@@ -168,12 +168,12 @@ start commerce-api DATABASE_URL="$db_url" REDIS_URL="$redis_url" HTTP_ADDR="$API
 admin_addr() { echo "127.0.0.1:$(( ${1##*:} + 2 * ($2 - 1) ))"; }
 for i in $(seq 1 "$RELAYS"); do
   start "outbox-relay-$i" DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" ADMIN_ADDR="$(admin_addr "$RELAY_ADMIN" "$i")" \
-    OUTBOX_RELAY_NODE_ID="relay-$i" "$STATE/bin/outbox-relay"
+    CLUSTER_NODE_ID="relay-$i" "$STATE/bin/outbox-relay"
 done
 for i in $(seq 1 "$CONSUMERS"); do
   # Instances on one host need their own static member and node ids.
   start "product-consumers-$i" DATABASE_URL="$db_url" KAFKA_BROKERS="$brokers" REDIS_URL="$redis_url" \
-    ADMIN_ADDR="$(admin_addr "$CONSUMERS_ADMIN" "$i")" CONSUMER_INSTANCE_ID="consumers-$i" CLUSTER_NODE_ID="consumers-$i" \
+    ADMIN_ADDR="$(admin_addr "$CONSUMERS_ADMIN" "$i")" CLUSTER_NODE_ID="consumers-$i" \
     "$STATE/bin/product-consumers"
 done
 wait_http commerce-api "http://$API_ADDR/readyz"

@@ -291,7 +291,7 @@ func (a *relayArm) startSide(ctx context.Context, b *bed, n int) error {
 	case ourKind:
 		b.cmd = exec.Command(a.relay)
 		b.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "KAFKA_BROKERS="+brokers, "KAFKA_PREFIX="+b.prefix,
-			"ADMIN_ADDR=127.0.0.1:0", "OUTBOX_RELAY_NODE_ID=peers")
+			"ADMIN_ADDR=127.0.0.1:0", "CLUSTER_NODE_ID=peers")
 		ready = func() (bool, error) {
 			l, err := outbox.ReadLeadership(ctx, b.pool.Pool.QueryRow)
 			return l.Leader != nil && l.Leader.Owner == "peers", err

@@ -483,7 +483,7 @@ func startRelay(ctx context.Context, bin, dir, name string, env map[string]strin
 		return nil, err
 	}
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "ADMIN_ADDR=127.0.0.1:0", "OUTBOX_RELAY_NODE_ID="+name)
+	cmd.Env = append(os.Environ(), "ADMIN_ADDR=127.0.0.1:0", "CLUSTER_NODE_ID="+name)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

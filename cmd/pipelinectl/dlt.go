@@ -253,7 +253,7 @@ func printDryRun(out output, res reclaim.Result) error {
 // still be applied when re-driven.
 func horizonFlag(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("horizon", reclaim.DefaultHorizon,
-		"product-consumers' idempotency horizon (EVENT_HANDLED_RETENTION minus EVENT_HORIZON_MARGIN): older order and view events are shown, and parked, as expired")
+		"product-consumers' idempotency horizon (PRODUCT_CONSUMERS_HANDLED_RETENTION minus PRODUCT_CONSUMERS_HORIZON_MARGIN): older order and view events are shown, and parked, as expired")
 }
 
 // recordsFlag collects --record PARTITION:OFFSET values.

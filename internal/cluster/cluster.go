@@ -77,7 +77,7 @@ func (c Config) Validate() error {
 // Loader's Fail).
 func (c Config) Check(fail func(name, format string, args ...any)) {
 	if c.NodeID == "" || len(c.NodeID) > 200 {
-		fail("CLUSTER_NODE_ID", "must be 1 to 200 characters, got %d", len(c.NodeID))
+		fail(VarNodeID, "must be 1 to 200 characters, got %d", len(c.NodeID))
 	}
 	if c.SuspectAfter <= c.HeartbeatInterval {
 		fail("CLUSTER_SUSPECT_AFTER", "must be longer than CLUSTER_HEARTBEAT_INTERVAL (%s), got %s", c.HeartbeatInterval, c.SuspectAfter)
@@ -108,12 +108,17 @@ type Info struct {
 	Version string   // build version; defaults to the module build info
 }
 
+// VarNodeID is the variable naming the process: its one identity, in the
+// registry and wherever else a process needs a stable name of its own (the
+// relay's lease owner, a consumer's static group member id).
+const VarNodeID = "CLUSTER_NODE_ID"
+
 // Load reads the CLUSTER_* settings through l, and checks them. nodeID, when
-// not empty, is the instance's id from elsewhere (the relay's lease owner);
-// otherwise CLUSTER_NODE_ID names it, hostname-pid by default.
+// not empty, is the instance's id as the caller read it (VarNodeID, for a
+// use of its own); otherwise VarNodeID names it, hostname-pid by default.
 func Load(l *config.Loader, nodeID string) Config {
 	if nodeID == "" {
-		nodeID = l.Computed("CLUSTER_NODE_ID", "defaultNodeID()", DefaultNodeID)
+		nodeID = l.Computed(VarNodeID, "defaultNodeID()", DefaultNodeID)
 	}
 	c := Config{
 		NodeID:            nodeID,

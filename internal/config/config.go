@@ -24,14 +24,39 @@ type Var struct {
 	// Allowed lists the URL schemes (URL), the items (List) or the values
 	// (OneOf) accepted; empty when anything is.
 	Allowed []string `json:",omitempty"`
+	// Deprecated lists the variable's old names (Renamed), still read for
+	// one release with a warning; empty when it has none.
+	Deprecated []string `json:",omitempty"`
+}
+
+// Rename is a variable's deprecated name and the name that replaced it.
+type Rename struct{ Old, New string }
+
+// Deprecation is a deprecated name a configuration was read through: the
+// process logs each at start, naming the variable to set instead.
+type Deprecation struct {
+	Old, New string
+	// Both is true when New was set too (to the same value): Old does
+	// nothing then and should be removed.
+	Both bool
+}
+
+// Message says what to do about d, naming both variables.
+func (d Deprecation) Message() string {
+	if d.Both {
+		return fmt.Sprintf("%s is deprecated and %s is set to the same value: remove %s", d.Old, d.New, d.Old)
+	}
+	return fmt.Sprintf("%s is deprecated and will stop working in the next release: set %s instead", d.Old, d.New)
 }
 
 // Loader reads variables through a lookup function (os.LookupEnv in services,
 // a map in tests).
 type Loader struct {
-	lookup func(string) (string, bool)
-	errs   []error
-	vars   []Var
+	lookup  func(string) (string, bool)
+	errs    []error
+	vars    []Var
+	renamed map[string][]string // new name → its old names, in declaration order
+	used    []Deprecation
 }
 
 // New returns a Loader reading through lookup.
@@ -49,6 +74,51 @@ func (l *Loader) Err() error { return errors.Join(l.errs...) }
 
 // Vars lists the variables read, in order.
 func (l *Loader) Vars() []Var { return append([]Var(nil), l.vars...) }
+
+// Renamed declares deprecated names: from here on, reading a Rename's New
+// name falls back to its Old one when New is unset or empty, and records a
+// Deprecation (Deprecations); New and Old both set to different values is
+// an error naming both. Vars lists the old names under the new one. A
+// service declares its renames before it reads anything, so that shared
+// loaders (the cluster's, Kafka's) see them too. Secret reads its variable
+// as it is and knows no old names: no credential has been renamed.
+func (l *Loader) Renamed(renames ...Rename) {
+	if l.renamed == nil {
+		l.renamed = map[string][]string{}
+	}
+	for _, r := range renames {
+		l.renamed[r.New] = append(l.renamed[r.New], r.Old)
+	}
+}
+
+// Deprecations returns the deprecated names read so far, in order.
+func (l *Loader) Deprecations() []Deprecation { return append([]Deprecation(nil), l.used...) }
+
+// find returns the variable name, trimmed, and whether it is set (not
+// empty), falling back to its deprecated names (Renamed).
+func (l *Loader) find(name string) (string, bool) {
+	v, _ := l.lookup(name)
+	v = strings.TrimSpace(v)
+	from := "" // the name v came from, when not name itself
+	for _, old := range l.renamed[name] {
+		ov, _ := l.lookup(old)
+		ov = strings.TrimSpace(ov)
+		switch {
+		case ov == "":
+		case v == "":
+			v, from = ov, old
+			l.used = append(l.used, Deprecation{Old: old, New: name})
+		case ov == v:
+			l.used = append(l.used, Deprecation{Old: old, New: name, Both: from == ""})
+		case from == "":
+			// Neither value is quoted: either may be a credential.
+			l.Fail(name, "is set and so is its deprecated name %s, to a different value: keep %s only", old, name)
+		default:
+			l.Fail(name, "is unset but its deprecated names %s and %s are set, to different values: set %s only", from, old, name)
+		}
+	}
+	return v, v != ""
+}
 
 // Failed reports whether a problem with the variable name was recorded, so
 // that a caller's own checks need not pile a second error on a value the
@@ -68,10 +138,10 @@ func (l *Loader) Fail(name, format string, args ...any) {
 }
 
 func (l *Loader) get(kind, name, def string, required bool, allowed ...string) (string, bool) {
-	l.vars = append(l.vars, Var{Name: name, Kind: kind, Default: def, Required: required, Allowed: allowed})
-	v, ok := l.lookup(name)
-	v = strings.TrimSpace(v)
-	if !ok || v == "" {
+	l.vars = append(l.vars, Var{Name: name, Kind: kind, Default: def, Required: required, Allowed: allowed,
+		Deprecated: append([]string(nil), l.renamed[name]...)})
+	v, ok := l.find(name)
+	if !ok {
 		if required {
 			l.Fail(name, "is required")
 		}

@@ -63,7 +63,7 @@ var outcomes = []Outcome{Redriven, Parked, Skipped, Failed, Expired}
 var HorizonTopics = []string{"order-events", "product-events"}
 
 // DefaultHorizon is product-consumers' idempotency horizon with its shipped
-// settings: EVENT_HANDLED_RETENTION (7 days) minus EVENT_HORIZON_MARGIN
+// settings: PRODUCT_CONSUMERS_HANDLED_RETENTION (7 days) minus PRODUCT_CONSUMERS_HORIZON_MARGIN
 // (1 hour).
 const DefaultHorizon = 7*24*time.Hour - time.Hour
 

@@ -56,7 +56,14 @@ func Run[C any](ctx context.Context, name string, args []string, lookup func(str
 		}
 		return 0
 	}
-	cfg, err := config.Parse(lookup, load)
+	l := config.New(lookup)
+	cfg := load(l)
+	// Deprecated names keep working for one release; each start says which
+	// to change, even when the configuration is wrong for another reason.
+	for _, d := range l.Deprecations() {
+		logger.Warn(d.Message(), "variable", d.Old, "replacement", d.New)
+	}
+	err := l.Err()
 	if err != nil {
 		err = fmt.Errorf("%s configuration: %w", name, err)
 	} else {

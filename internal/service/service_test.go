@@ -70,6 +70,33 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunWarnsOfDeprecatedNames: a service configured through an old name
+// starts, and logs one warning naming the name to set instead.
+func TestRunWarnsOfDeprecatedNames(t *testing.T) {
+	t.Parallel()
+	renamed := func(l *config.Loader) cfg {
+		l.Renamed(config.Rename{Old: "OLD_DATABASE_URL", New: "DATABASE_URL"})
+		return load(l)
+	}
+	var stdout, stderr strings.Builder
+	var got cfg
+	code := service.Run(context.Background(), "svc", nil, config.FromMap(map[string]string{"OLD_DATABASE_URL": "postgres://h/db"}), &stdout, &stderr, renamed,
+		func(_ context.Context, c cfg, _ *slog.Logger) error { got = c; return nil })
+	if code != 0 || got.URL != "postgres://h/db" {
+		t.Fatalf("exit %d, config %+v; log:\n%s", code, got, stderr.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(stderr.String()), &rec); err != nil {
+		t.Fatalf("stderr is not one JSON record: %q", stderr.String())
+	}
+	delete(rec, "time")
+	want := map[string]any{"level": "WARN", "service": "svc", "variable": "OLD_DATABASE_URL", "replacement": "DATABASE_URL",
+		"msg": "OLD_DATABASE_URL is deprecated and will stop working in the next release: set DATABASE_URL instead"}
+	if diff := cmp.Diff(want, rec); diff != "" {
+		t.Errorf("log record (-want +got):\n%s", diff)
+	}
+}
+
 func TestRunPrintsConfigVars(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr strings.Builder

@@ -1,6 +1,6 @@
-// Command devtoken is a stand-in identity provider for trying AUTH_MODE=jwt
+// Command devtoken is a stand-in identity provider for trying COMMERCE_API_AUTH_MODE=jwt
 // on one machine: it keeps an ES256 key pair in a folder, writes its public
-// half as a JSON Web Key Set for AUTH_JWKS_FILE, and prints a token signed
+// half as a JSON Web Key Set for COMMERCE_API_AUTH_JWKS_FILE, and prints a token signed
 // with it. Never use its keys anywhere but on a developer's machine.
 //
 //	go run ./services/commerce-api/cmd/devtoken -dir .devauth -sub alice -roles catalog-admin
@@ -30,8 +30,8 @@ const kid = "devtoken-1"
 
 func main() {
 	dir := flag.String("dir", ".devauth", "folder of the key pair (key.pem) and the key set (jwks.json); created when missing")
-	iss := flag.String("iss", "http://localhost/devtoken", "the token's iss (AUTH_ISSUER)")
-	aud := flag.String("aud", "commerce-api", "the token's aud (AUTH_AUDIENCE)")
+	iss := flag.String("iss", "http://localhost/devtoken", "the token's iss (COMMERCE_API_AUTH_ISSUER)")
+	aud := flag.String("aud", "commerce-api", "the token's aud (COMMERCE_API_AUTH_AUDIENCE)")
 	sub := flag.String("sub", "alice", "the token's sub: the acting user")
 	roles := flag.String("roles", "", "comma-separated roles, put in the roles claim (catalog-admin may create products)")
 	ttl := flag.Duration("ttl", time.Hour, "how long the token is valid")
@@ -102,6 +102,6 @@ func loadOrCreate(dir string) (*ecdsa.PrivateKey, error) {
 	if err := os.WriteFile(filepath.Join(dir, "jwks.json"), append(set, '\n'), 0o644); err != nil { //nolint:gosec // a public key set
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "devtoken: new key pair in %s; start the API with AUTH_JWKS_FILE=%s\n", dir, filepath.Join(dir, "jwks.json"))
+	fmt.Fprintf(os.Stderr, "devtoken: new key pair in %s; start the API with COMMERCE_API_AUTH_JWKS_FILE=%s\n", dir, filepath.Join(dir, "jwks.json"))
 	return key, nil
 }

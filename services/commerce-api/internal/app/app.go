@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		deps.Auth = v
 		refresher.Go(func() { v.Run(authCtx) })
 		if cfg.Auth.PlainHTTP() {
-			logger.Warn("AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
+			logger.Warn("COMMERCE_API_AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
 				"jwksUrl", cfg.Auth.JWKSURL)
 		}
 	default:
@@ -164,8 +164,8 @@ func warnOpenHeaderMode(logger *slog.Logger, httpAddr string) {
 	if err == nil && auth.IsLoopback(host) {
 		return
 	}
-	logger.Warn("AUTH_MODE=header on a listener other hosts can reach: X-User-ID is trusted as sent, so any client can act as any user and create products; "+
-		"put a gateway that sets X-User-ID in front, or set AUTH_MODE=jwt (docs/security-api.md)", "addr", httpAddr)
+	logger.Warn("COMMERCE_API_AUTH_MODE=header on a listener other hosts can reach: X-User-ID is trusted as sent, so any client can act as any user and create products; "+
+		"put a gateway that sets X-User-ID in front, or set COMMERCE_API_AUTH_MODE=jwt (docs/security-api.md)", "addr", httpAddr)
 }
 
 // pageURL is the live page's address for a listen address, for the log a

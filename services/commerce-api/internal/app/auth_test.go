@@ -114,14 +114,14 @@ func call(t *testing.T, method, url, token, body string) (int, http.Header, stri
 }
 
 // TestRunJWTMode runs the service from its shipped configuration plus
-// AUTH_MODE=jwt and a provider's issuer, audience and key set URL, and
+// COMMERCE_API_AUTH_MODE=jwt and a provider's issuer, audience and key set URL, and
 // writes end to end: an administrator creates a product, a user orders it
 // and the order is the token's sub's; without a token the write is a 401.
 func TestRunJWTMode(t *testing.T) {
 	t.Parallel()
 	k := authtest.RSAKey(t, "k1")
 	p := authtest.NewProvider(t, k)
-	cfg := shipped(t, map[string]string{"AUTH_MODE": "jwt", "AUTH_ISSUER": authtest.Issuer, "AUTH_AUDIENCE": authtest.Audience, "AUTH_JWKS_URL": p.URL()})
+	cfg := shipped(t, map[string]string{"COMMERCE_API_AUTH_MODE": "jwt", "COMMERCE_API_AUTH_ISSUER": authtest.Issuer, "COMMERCE_API_AUTH_AUDIENCE": authtest.Audience, "COMMERCE_API_AUTH_JWKS_URL": p.URL()})
 	addrs, logs, stop := serveLogged(t, cfg)
 	public, admin := "http://"+addrs.HTTP, "http://"+addrs.Admin
 
@@ -172,7 +172,7 @@ func TestRunJWTMode(t *testing.T) {
 		}
 	}
 	stop()
-	if strings.Contains(logs.String(), "AUTH_MODE=header") {
+	if strings.Contains(logs.String(), "COMMERCE_API_AUTH_MODE=header") {
 		t.Errorf("jwt mode logged the header mode warning:\n%s", logs)
 	}
 }
@@ -191,8 +191,8 @@ func TestRunJWTProviderUnreachable(t *testing.T) {
 	k := authtest.RSAKey(t, "k1")
 	p := authtest.NewProvider(t, k)
 	p.SetDown(true)
-	cfg := shipped(t, map[string]string{"AUTH_MODE": "jwt", "AUTH_ISSUER": authtest.Issuer, "AUTH_AUDIENCE": authtest.Audience, "AUTH_JWKS_URL": p.URL(),
-		"AUTH_JWKS_MIN_REFRESH": "1h"})
+	cfg := shipped(t, map[string]string{"COMMERCE_API_AUTH_MODE": "jwt", "COMMERCE_API_AUTH_ISSUER": authtest.Issuer, "COMMERCE_API_AUTH_AUDIENCE": authtest.Audience, "COMMERCE_API_AUTH_JWKS_URL": p.URL(),
+		"COMMERCE_API_AUTH_JWKS_MIN_REFRESH": "1h"})
 	addrs, logs, _ := serveLogged(t, cfg)
 	public, admin := "http://"+addrs.HTTP, "http://"+addrs.Admin
 	if code, _, body := call(t, "GET", public+"/readyz", "", ""); code != http.StatusServiceUnavailable || strings.Contains(body, "jwks") {

@@ -26,22 +26,42 @@ type Config struct {
 	DB pg.Options
 	// RedisURL (REDIS_URL) enables the product detail cache when set.
 	RedisURL        string
-	ProductCacheTTL time.Duration // PRODUCT_CACHE_TTL, default 30s
-	// RequestTimeout (REQUEST_TIMEOUT, default 5s) is the deadline of every
-	// request; one that runs out answers 503.
+	ProductCacheTTL time.Duration // COMMERCE_API_PRODUCT_CACHE_TTL, default 30s
+	// RequestTimeout (COMMERCE_API_REQUEST_TIMEOUT, default 5s) is the
+	// deadline of every request; one that runs out answers 503.
 	RequestTimeout time.Duration
-	// StreamMaxClients (STREAM_MAX_CLIENTS, default 100) bounds the open
-	// GET /api/v1/stream connections; more are answered 503.
+	// StreamMaxClients (COMMERCE_API_STREAM_MAX_CLIENTS, default 100) bounds
+	// the open GET /api/v1/stream connections; more are answered 503.
 	StreamMaxClients int
 	Cluster          cluster.Config // CLUSTER_*: this node in the cluster registry
-	// Auth (AUTH_*) is how the API learns who calls: header (default:
+	// Auth (COMMERCE_API_AUTH_*) is how the API learns who calls: header (default:
 	// X-User-ID as sent, for a gateway that sets it) or jwt (verified
 	// bearer tokens). See docs/security-api.md.
 	Auth auth.Config
 }
 
+// renamed are the names the variables had before the naming scheme of
+// docs/configuration.md (the service's own take its name, COMMERCE_API_),
+// still read for one release with a warning.
+var renamed = []config.Rename{
+	{Old: "PRODUCT_CACHE_TTL", New: "COMMERCE_API_PRODUCT_CACHE_TTL"},
+	{Old: "REQUEST_TIMEOUT", New: "COMMERCE_API_REQUEST_TIMEOUT"},
+	{Old: "STREAM_MAX_CLIENTS", New: "COMMERCE_API_STREAM_MAX_CLIENTS"},
+	{Old: "AUTH_MODE", New: "COMMERCE_API_AUTH_MODE"},
+	{Old: "AUTH_ISSUER", New: "COMMERCE_API_AUTH_ISSUER"},
+	{Old: "AUTH_AUDIENCE", New: "COMMERCE_API_AUTH_AUDIENCE"},
+	{Old: "AUTH_JWKS_URL", New: "COMMERCE_API_AUTH_JWKS_URL"},
+	{Old: "AUTH_JWKS_FILE", New: "COMMERCE_API_AUTH_JWKS_FILE"},
+	{Old: "AUTH_JWKS_REFRESH", New: "COMMERCE_API_AUTH_JWKS_REFRESH"},
+	{Old: "AUTH_JWKS_MIN_REFRESH", New: "COMMERCE_API_AUTH_JWKS_MIN_REFRESH"},
+	{Old: "AUTH_LEEWAY", New: "COMMERCE_API_AUTH_LEEWAY"},
+	{Old: "AUTH_ADMIN_ROLE", New: "COMMERCE_API_AUTH_ADMIN_ROLE"},
+	{Old: "AUTH_ROLE_CLAIMS", New: "COMMERCE_API_AUTH_ROLE_CLAIMS"},
+}
+
 // Load reads the configuration through l, which collects the problems.
 func Load(l *config.Loader) Config {
+	l.Renamed(renamed...)
 	c := Config{
 		DatabaseURL: l.URL("DATABASE_URL", "postgres", "postgresql"),
 		HTTPAddr:    l.String("HTTP_ADDR", ":8080"),
@@ -50,9 +70,9 @@ func Load(l *config.Loader) Config {
 		// stuck and holds a pool connection from the others.
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 20, StatementTimeout: 3 * time.Second}),
 		RedisURL:         l.OptionalURL("REDIS_URL", "redis", "rediss"),
-		ProductCacheTTL:  l.Duration("PRODUCT_CACHE_TTL", 30*time.Second),
-		RequestTimeout:   l.Duration("REQUEST_TIMEOUT", 5*time.Second),
-		StreamMaxClients: l.PositiveInt("STREAM_MAX_CLIENTS", 100),
+		ProductCacheTTL:  l.Duration("COMMERCE_API_PRODUCT_CACHE_TTL", 30*time.Second),
+		RequestTimeout:   l.Duration("COMMERCE_API_REQUEST_TIMEOUT", 5*time.Second),
+		StreamMaxClients: l.PositiveInt("COMMERCE_API_STREAM_MAX_CLIENTS", 100),
 		Cluster:          cluster.Load(l, ""),
 		Auth:             auth.Load(l),
 	}

@@ -58,7 +58,7 @@ func TestSchemathesis(t *testing.T) {
 		runSchemathesis(t, bin, public+"/openapi.yaml", public, args, logs)
 		checkWrites(t, cfg.DatabaseURL)
 		// The operators' listener, for the operations only it serves and
-		// its probes; it is the same whatever AUTH_MODE is.
+		// its probes; it is the same whatever COMMERCE_API_AUTH_MODE is.
 		args = nil
 		for _, op := range adminOperations {
 			args = append(args, "--include-operation-id", op)
@@ -70,7 +70,7 @@ func TestSchemathesis(t *testing.T) {
 		k := authtest.ECKey(t, "schemathesis")
 		p := authtest.NewProvider(t, k)
 		cfg := shipped(t, map[string]string{"REDIS_URL": testenv.RedisURL(t),
-			"AUTH_MODE": "jwt", "AUTH_ISSUER": authtest.Issuer, "AUTH_AUDIENCE": authtest.Audience, "AUTH_JWKS_URL": p.URL()})
+			"COMMERCE_API_AUTH_MODE": "jwt", "COMMERCE_API_AUTH_ISSUER": authtest.Issuer, "COMMERCE_API_AUTH_AUDIENCE": authtest.Audience, "COMMERCE_API_AUTH_JWKS_URL": p.URL()})
 		addrs, logs, _ := serveLogged(t, cfg)
 		public := "http://" + addrs.HTTP
 		// An administrator's token, valid for the whole run: Schemathesis

@@ -14,7 +14,7 @@ import (
 
 // TestStreamOutlivesRequestTimeout runs the service with its shipped
 // defaults (only the addresses set) and holds a stream for three times
-// REQUEST_TIMEOUT: it must stay open and carry a summary every second,
+// COMMERCE_API_REQUEST_TIMEOUT: it must stay open and carry a summary every second,
 // while an ordinary request still has its deadline.
 func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	t.Parallel()
@@ -24,7 +24,7 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.RequestTimeout <= 0 {
-		t.Fatalf("the shipped REQUEST_TIMEOUT is %v; this test needs one", cfg.RequestTimeout)
+		t.Fatalf("the shipped COMMERCE_API_REQUEST_TIMEOUT is %v; this test needs one", cfg.RequestTimeout)
 	}
 	addrs, done, cancel := serve(t, cfg)
 	defer func() {
@@ -57,7 +57,7 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 		select {
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatalf("the stream ended after %v (%d summaries); REQUEST_TIMEOUT is %v",
+				t.Fatalf("the stream ended after %v (%d summaries); COMMERCE_API_REQUEST_TIMEOUT is %v",
 					time.Since(start).Round(time.Millisecond), summaries, cfg.RequestTimeout)
 			}
 			if line == "event: summary" {
@@ -83,7 +83,7 @@ func TestStreamOutlivesRequestTimeout(t *testing.T) {
 	if !counted {
 		t.Error("no summary showed this node alive")
 	}
-	t.Logf("stream held %v (REQUEST_TIMEOUT %v): %d summaries, longest gap %v", hold, cfg.RequestTimeout, summaries, longest.Round(time.Millisecond))
+	t.Logf("stream held %v (COMMERCE_API_REQUEST_TIMEOUT %v): %d summaries, longest gap %v", hold, cfg.RequestTimeout, summaries, longest.Round(time.Millisecond))
 	// A summary a second (the shipped SummaryEvery), a little slack for a
 	// loaded machine.
 	if want := int(hold/time.Second) - 2; summaries < want || longest > 2500*time.Millisecond {

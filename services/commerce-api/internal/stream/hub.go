@@ -167,7 +167,7 @@ func (h *Hub) Register(reg prometheus.Registerer) error {
 	}, func() float64 { return float64(h.Open()) })
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "commerce_api_stream_clients_max",
-		Help: "The most GET /api/v1/stream connections this server accepts (STREAM_MAX_CLIENTS).",
+		Help: "The most GET /api/v1/stream connections this server accepts (COMMERCE_API_STREAM_MAX_CLIENTS).",
 	})
 	limit.Set(float64(h.cfg.MaxStreams))
 	for _, c := range []prometheus.Collector{open, limit, h.dropped, h.frames, h.reads} {

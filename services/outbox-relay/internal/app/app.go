@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,9 +24,9 @@ import (
 
 // Run runs the relay until ctx ends or its admin server fails. adminReady,
 // when not nil, receives the admin server's address once it listens. It sets
-// the process's GC target to cfg.GCPercent.
+// the process's GC target to cfg.GC.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
-	debug.SetGCPercent(cfg.GCPercent)
+	cfg.GC.Apply(logger)
 	if err := cfg.Kafka.CheckAtStart(ctx, logger); err != nil {
 		return err
 	}

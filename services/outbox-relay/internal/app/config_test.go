@@ -42,7 +42,7 @@ func TestLoadConfig(t *testing.T) {
 
 	t.Run("defaults", func(t *testing.T) {
 		t.Parallel()
-		got, err := config.Parse(config.FromMap(with("OUTBOX_RELAY_NODE_ID", "n1")), Load)
+		got, err := config.Parse(config.FromMap(with("CLUSTER_NODE_ID", "n1")), Load)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +53,8 @@ func TestLoadConfig(t *testing.T) {
 				NodeID: "n1", BatchSize: 500, Window: 20_000, WindowBytes: 32 << 20, SendTimeout: 5 * time.Second, RetryInterval: 10 * time.Second, MaxAge: 5 * time.Minute,
 				Interval: time.Second, LeaseTTL: 10 * time.Second, Retention: 168 * time.Hour,
 			},
-			GCPercent: 400,
-			Cluster:   cluster.Defaults("n1"),
+			GC:      GC{Percent: 400, From: "default"},
+			Cluster: cluster.Defaults("n1"),
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("config (-want +got):\n%s", diff)
@@ -68,6 +68,29 @@ func TestLoadConfig(t *testing.T) {
 		}
 		if want := cluster.DefaultNodeID(); got.Relay.NodeID != want || got.Cluster.NodeID != want {
 			t.Errorf("node ids %q (lease) and %q (cluster), want %q", got.Relay.NodeID, got.Cluster.NodeID, want)
+		}
+	})
+
+	t.Run("the garbage collector's target", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			name string
+			env  map[string]string
+			want GC
+		}{
+			{"GOGC unset: the relay's default", with(), GC{Percent: DefaultGCPercent, From: "default"}},
+			{"GOGC set: it wins", with("GOGC", "150"), GC{Percent: 150, From: "GOGC"}},
+			{"GOGC off", with("GOGC", "off"), GC{Percent: -1, From: "GOGC"}},
+			{"the deprecated name alone", with("OUTBOX_RELAY_GC_PERCENT", "250"), GC{Percent: 250, From: "OUTBOX_RELAY_GC_PERCENT"}},
+			{"the deprecated name equal to GOGC", with("GOGC", "250", "OUTBOX_RELAY_GC_PERCENT", "250"), GC{Percent: 250, From: "GOGC"}},
+		} {
+			got, err := config.Parse(config.FromMap(tc.env), Load)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			if diff := cmp.Diff(tc.want, got.GC); diff != "" {
+				t.Errorf("%s: (-want +got):\n%s", tc.name, diff)
+			}
 		}
 	})
 
@@ -87,8 +110,11 @@ func TestLoadConfig(t *testing.T) {
 		{"max age zero", with("OUTBOX_RELAY_MAX_AGE", "0s"), "OUTBOX_RELAY_MAX_AGE"},
 		{"interval unparsable", with("OUTBOX_RELAY_INTERVAL", "soon"), "OUTBOX_RELAY_INTERVAL"},
 		{"lease TTL negative", with("OUTBOX_RELAY_LEASE_TTL", "-1m"), "OUTBOX_RELAY_LEASE_TTL"},
-		{"retention zero", with("OUTBOX_RETENTION", "0h"), "OUTBOX_RETENTION"},
-		{"node id too long", with("OUTBOX_RELAY_NODE_ID", strings.Repeat("n", 201)), "OUTBOX_RELAY_NODE_ID"},
+		{"retention zero", with("OUTBOX_RELAY_RETENTION", "0h"), "OUTBOX_RELAY_RETENTION"},
+		{"node id too long", with("CLUSTER_NODE_ID", strings.Repeat("n", 201)), "CLUSTER_NODE_ID"},
+		{"GOGC not a percentage", with("GOGC", "fast"), "GOGC: must be off or a percentage"},
+		{"GOGC and its deprecated name apart", with("GOGC", "100", "OUTBOX_RELAY_GC_PERCENT", "400"), "GOGC: is set and so is its deprecated name OUTBOX_RELAY_GC_PERCENT"},
+		{"the node id and its deprecated name apart", with("CLUSTER_NODE_ID", "a", "OUTBOX_RELAY_NODE_ID", "b"), "CLUSTER_NODE_ID: is set and so is its deprecated name OUTBOX_RELAY_NODE_ID"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

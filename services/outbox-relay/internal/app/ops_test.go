@@ -26,7 +26,7 @@ func TestOpsEndpoints(t *testing.T) {
 	broker := testenv.KafkaCluster(t, kafkabroker.Options{})
 	env := relaytest.NewOn(t, broker)
 	cfg := Config{
-		DatabaseURL: env.URL, Kafka: env.Kafka, AdminAddr: "127.0.0.1:0", GCPercent: 100,
+		DatabaseURL: env.URL, Kafka: env.Kafka, AdminAddr: "127.0.0.1:0", GC: GC{Percent: 100, From: "GOGC"},
 		Relay: relay.Config{
 			NodeID: "node-a", BatchSize: 100, Window: 20_000, WindowBytes: 32 << 20, SendTimeout: 3 * time.Second, RetryInterval: 200 * time.Millisecond,
 			MaxAge: 5 * time.Minute, Interval: 100 * time.Millisecond, LeaseTTL: time.Second, Retention: time.Hour,

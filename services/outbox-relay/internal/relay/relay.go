@@ -28,7 +28,7 @@ import (
 // Config is a relay node's settings; internal/app reads them from the
 // environment.
 type Config struct {
-	NodeID    string // OUTBOX_RELAY_NODE_ID: the lease owner
+	NodeID    string // CLUSTER_NODE_ID: the lease owner
 	BatchSize int    // OUTBOX_RELAY_BATCH_SIZE: rows per read
 	// Window and WindowBytes (OUTBOX_RELAY_WINDOW, OUTBOX_RELAY_WINDOW_BYTES)
 	// bound the records in the producer: the relay reads more only while
@@ -47,7 +47,7 @@ type Config struct {
 	MaxAge        time.Duration // OUTBOX_RELAY_MAX_AGE: a failing row older than this goes to outbox_failed
 	Interval      time.Duration // OUTBOX_RELAY_INTERVAL: polling interval (NOTIFY wakes it sooner)
 	LeaseTTL      time.Duration // OUTBOX_RELAY_LEASE_TTL: leader lease; renewed every TTL/3
-	Retention     time.Duration // OUTBOX_RETENTION: published rows older than this are purged
+	Retention     time.Duration // OUTBOX_RELAY_RETENTION: published rows older than this are purged
 }
 
 // Relay runs passes over the outbox. Passes must not overlap: the service

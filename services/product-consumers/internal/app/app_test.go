@@ -34,6 +34,11 @@ func TestLoadConfig(t *testing.T) {
 		m[k] = v
 		return m
 	}
+	with2 := func(k1, v1, k2, v2 string) map[string]string {
+		m := with(k1, v1)
+		m[k2] = v2
+		return m
+	}
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -42,21 +47,26 @@ func TestLoadConfig(t *testing.T) {
 		{"defaults", base, ""},
 		{"nothing set", map[string]string{}, "DATABASE_URL: is required"},
 		{"no brokers", with("KAFKA_BROKERS", ""), "KAFKA_BROKERS: is required"},
-		{"unknown consumer", with("CONSUMERS", "like,refund"), `CONSUMERS: unknown item "refund"`},
-		{"zero backoff", with("CONSUMER_RETRY_BACKOFF", "0s"), "CONSUMER_RETRY_BACKOFF: must be positive"},
-		{"bad retention", with("EVENT_HANDLED_RETENTION", "a week"), "EVENT_HANDLED_RETENTION: must be a duration"},
-		{"negative in-flight", with("CONSUMER_MAX_IN_FLIGHT", "-5"), "CONSUMER_MAX_IN_FLIGHT: must be positive"},
+		{"unknown consumer", with("PRODUCT_CONSUMERS_GROUPS", "like,refund"), `PRODUCT_CONSUMERS_GROUPS: unknown item "refund"`},
+		{"zero backoff", with("PRODUCT_CONSUMERS_RETRY_BACKOFF", "0s"), "PRODUCT_CONSUMERS_RETRY_BACKOFF: must be positive"},
+		{"bad retention", with("PRODUCT_CONSUMERS_HANDLED_RETENTION", "a week"), "PRODUCT_CONSUMERS_HANDLED_RETENTION: must be a duration"},
+		{"negative in-flight", with("PRODUCT_CONSUMERS_MAX_IN_FLIGHT", "-5"), "PRODUCT_CONSUMERS_MAX_IN_FLIGHT: must be positive"},
 		{"bad redis", with("REDIS_URL", "http://h"), "REDIS_URL: scheme must be one of redis"},
-		{"bad reclaim switch", with("RECLAIM_ENABLED", "maybe"), `RECLAIM_ENABLED: must be true or false, got "maybe"`},
-		{"zero reclaim count", with("RECLAIM_COUNT", "0"), "RECLAIM_COUNT: must be positive"},
-		{"bad reclaim idle", with("RECLAIM_MIN_IDLE", "soon"), "RECLAIM_MIN_IDLE: must be a duration"},
-		{"margin past the retention", with("EVENT_HORIZON_MARGIN", "200h"), "EVENT_HORIZON_MARGIN: must be shorter than EVENT_HANDLED_RETENTION"},
-		{"instance id", with("CONSUMER_INSTANCE_ID", "consumers-0"), ""},
-		{"bad instance id", with("CONSUMER_INSTANCE_ID", "pod 0"), "CONSUMER_INSTANCE_ID: must be at most 249"},
-		{"dynamic membership", with("CONSUMER_STATIC_MEMBERSHIP", "false"), ""},
-		{"bad membership switch", with("CONSUMER_STATIC_MEMBERSHIP", "sometimes"), `CONSUMER_STATIC_MEMBERSHIP: must be true or false, got "sometimes"`},
-		{"negative handler timeout", with("CONSUMER_HANDLER_TIMEOUT", "-1s"), "CONSUMER_HANDLER_TIMEOUT: must be"},
-		{"rebalance shorter than the revoke grace", with("KAFKA_REBALANCE_TIMEOUT", "3s"), "KAFKA_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
+		{"bad reclaim switch", with("PRODUCT_CONSUMERS_RECLAIM_ENABLED", "maybe"), `PRODUCT_CONSUMERS_RECLAIM_ENABLED: must be true or false, got "maybe"`},
+		{"zero reclaim count", with("PRODUCT_CONSUMERS_RECLAIM_COUNT", "0"), "PRODUCT_CONSUMERS_RECLAIM_COUNT: must be positive"},
+		{"bad reclaim idle", with("PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE", "soon"), "PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE: must be a duration"},
+		{"margin past the retention", with("PRODUCT_CONSUMERS_HORIZON_MARGIN", "200h"), "PRODUCT_CONSUMERS_HORIZON_MARGIN: must be shorter than PRODUCT_CONSUMERS_HANDLED_RETENTION"},
+		{"instance id", with("CLUSTER_NODE_ID", "consumers-0"), ""},
+		{"bad instance id", with("CLUSTER_NODE_ID", "pod 0"), "CLUSTER_NODE_ID: must be at most 249"},
+		{"dynamic membership", with("PRODUCT_CONSUMERS_STATIC_MEMBERSHIP", "false"), ""},
+		{"dynamic membership takes any node id", with2("PRODUCT_CONSUMERS_STATIC_MEMBERSHIP", "false", "CLUSTER_NODE_ID", "pod 0"), ""},
+		{"the instance id's deprecated name", with("CONSUMER_INSTANCE_ID", "consumers-1"), ""},
+		{"a deprecated switch", with("RECLAIM_ENABLED", "false"), ""},
+		{"node id and its deprecated name apart", with2("CLUSTER_NODE_ID", "consumers-1", "CONSUMER_INSTANCE_ID", "consumers-2"),
+			"CLUSTER_NODE_ID: is set and so is its deprecated name CONSUMER_INSTANCE_ID, to a different value"},
+		{"bad membership switch", with("PRODUCT_CONSUMERS_STATIC_MEMBERSHIP", "sometimes"), `PRODUCT_CONSUMERS_STATIC_MEMBERSHIP: must be true or false, got "sometimes"`},
+		{"negative handler timeout", with("PRODUCT_CONSUMERS_HANDLER_TIMEOUT", "-1s"), "PRODUCT_CONSUMERS_HANDLER_TIMEOUT: must be"},
+		{"rebalance shorter than the revoke grace", with("PRODUCT_CONSUMERS_REBALANCE_TIMEOUT", "3s"), "PRODUCT_CONSUMERS_REBALANCE_TIMEOUT: must be longer than the 5s revoke grace"},
 		{"prefix", with("KAFKA_PREFIX", "staging."), ""},
 		{"prefix with a slash", with("KAFKA_PREFIX", "staging/"), `KAFKA_PREFIX: must be at most 200 of the characters a-z A-Z 0-9 . _ -, got "staging/"`},
 		{"a reclaimer password without SASL", with("KAFKA_RECLAIMER_SASL_PASSWORD", "x"), "KAFKA_RECLAIMER_SASL_PASSWORD: is set but KAFKA_SASL_MECHANISM is empty"},
@@ -80,10 +90,15 @@ func TestLoadConfig(t *testing.T) {
 				// Without KAFKA_RECLAIMER_* the reclaimer reaches Kafka as
 				// the consumers do.
 				want.Reclaimer = want.Kafka
-				if id := tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
-					want.InstanceID = id
+				// One identity: the registry's node and the static
+				// member id.
+				if id := tc.env["CLUSTER_NODE_ID"] + tc.env["CONSUMER_INSTANCE_ID"]; id != "" {
+					want.InstanceID, want.Cluster.NodeID = id, id
 				}
-				if tc.env["CONSUMER_STATIC_MEMBERSHIP"] == "false" {
+				if tc.env["RECLAIM_ENABLED"] == "false" {
+					want.Reclaim.Enabled = false
+				}
+				if tc.env["PRODUCT_CONSUMERS_STATIC_MEMBERSHIP"] == "false" {
 					want.InstanceID = "" // a dynamic member
 				}
 				if diff := cmp.Diff(want, cfg); diff != "" {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
@@ -47,52 +46,80 @@ type Reclaim struct {
 	MaxRedrives int           // re-drives per record before it stays parked
 }
 
+// renamed are the names the variables had before the naming scheme of
+// docs/configuration.md (the service's own take its name,
+// PRODUCT_CONSUMERS_; CLUSTER_NODE_ID is the process's one identity), still
+// read for one release with a warning.
+var renamed = []config.Rename{
+	{Old: "CONSUMERS", New: "PRODUCT_CONSUMERS_GROUPS"},
+	{Old: "CONSUMER_MAX_IN_FLIGHT", New: "PRODUCT_CONSUMERS_MAX_IN_FLIGHT"},
+	{Old: "CONSUMER_INSTANCE_ID", New: "CLUSTER_NODE_ID"},
+	{Old: "CONSUMER_HANDLER_TIMEOUT", New: "PRODUCT_CONSUMERS_HANDLER_TIMEOUT"},
+	{Old: "CONSUMER_MAX_ATTEMPTS", New: "PRODUCT_CONSUMERS_MAX_ATTEMPTS"},
+	{Old: "CONSUMER_RETRY_BACKOFF", New: "PRODUCT_CONSUMERS_RETRY_BACKOFF"},
+	{Old: "CONSUMER_STATIC_MEMBERSHIP", New: "PRODUCT_CONSUMERS_STATIC_MEMBERSHIP"},
+	{Old: "EVENT_HANDLED_RETENTION", New: "PRODUCT_CONSUMERS_HANDLED_RETENTION"},
+	{Old: "EVENT_HORIZON_MARGIN", New: "PRODUCT_CONSUMERS_HORIZON_MARGIN"},
+	{Old: "EVENT_HANDLED_PURGE_INTERVAL", New: "PRODUCT_CONSUMERS_HANDLED_PURGE_INTERVAL"},
+	{Old: "KAFKA_SESSION_TIMEOUT", New: "PRODUCT_CONSUMERS_SESSION_TIMEOUT"},
+	{Old: "KAFKA_REBALANCE_TIMEOUT", New: "PRODUCT_CONSUMERS_REBALANCE_TIMEOUT"},
+	{Old: "RECLAIM_ENABLED", New: "PRODUCT_CONSUMERS_RECLAIM_ENABLED"},
+	{Old: "RECLAIM_INTERVAL", New: "PRODUCT_CONSUMERS_RECLAIM_INTERVAL"},
+	{Old: "RECLAIM_MIN_IDLE", New: "PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE"},
+	{Old: "RECLAIM_COUNT", New: "PRODUCT_CONSUMERS_RECLAIM_COUNT"},
+	{Old: "RECLAIM_MAX_REDRIVES", New: "PRODUCT_CONSUMERS_RECLAIM_MAX_REDRIVES"},
+}
+
 // Load reads the configuration through l, which collects the problems.
 func Load(l *config.Loader) Config {
+	l.Renamed(renamed...)
+	// CLUSTER_NODE_ID names this process in the cluster registry and, as
+	// its static member id, in every consumer group. Unset, the registry
+	// gets host-pid and the groups the host name, which a restarted
+	// container keeps where the pid may not.
+	unset := false
+	nodeID := l.Computed(cluster.VarNodeID, "defaultNodeID()", func() string { unset = true; return cluster.DefaultNodeID() })
 	c := Config{
 		DatabaseURL:      l.URL("DATABASE_URL", "postgres", "postgresql"),
 		DB:               pg.LoadOptions(l, pg.Options{MaxConns: 16}),
 		Kafka:            kafka.Load(l),
 		AdminAddr:        l.String("ADMIN_ADDR", "127.0.0.1:8082"), // loopback: operators only
-		Consumers:        l.List("CONSUMERS", consumer.Names, consumer.Names...),
-		MaxInFlight:      l.PositiveInt("CONSUMER_MAX_IN_FLIGHT", 1000),
-		InstanceID:       l.Computed("CONSUMER_INSTANCE_ID", "defaultInstanceID()", defaultInstanceID),
-		HandlerTimeout:   l.Duration("CONSUMER_HANDLER_TIMEOUT", 30*time.Second),
-		MaxAttempts:      l.PositiveInt("CONSUMER_MAX_ATTEMPTS", 3),
-		RetryBackoff:     l.Duration("CONSUMER_RETRY_BACKOFF", time.Second),
-		HandledRetention: l.Duration("EVENT_HANDLED_RETENTION", 7*24*time.Hour),
-		HorizonMargin:    l.Duration("EVENT_HORIZON_MARGIN", time.Hour),
-		PurgeInterval:    l.Duration("EVENT_HANDLED_PURGE_INTERVAL", time.Hour),
-		SessionTimeout:   l.Duration("KAFKA_SESSION_TIMEOUT", 10*time.Second),
-		RebalanceTimeout: l.Duration("KAFKA_REBALANCE_TIMEOUT", 15*time.Second),
-		Cluster:          cluster.Load(l, ""),
+		Consumers:        l.List("PRODUCT_CONSUMERS_GROUPS", consumer.Names, consumer.Names...),
+		MaxInFlight:      l.PositiveInt("PRODUCT_CONSUMERS_MAX_IN_FLIGHT", 1000),
+		InstanceID:       nodeID,
+		HandlerTimeout:   l.Duration("PRODUCT_CONSUMERS_HANDLER_TIMEOUT", 30*time.Second),
+		MaxAttempts:      l.PositiveInt("PRODUCT_CONSUMERS_MAX_ATTEMPTS", 3),
+		RetryBackoff:     l.Duration("PRODUCT_CONSUMERS_RETRY_BACKOFF", time.Second),
+		HandledRetention: l.Duration("PRODUCT_CONSUMERS_HANDLED_RETENTION", 7*24*time.Hour),
+		HorizonMargin:    l.Duration("PRODUCT_CONSUMERS_HORIZON_MARGIN", time.Hour),
+		PurgeInterval:    l.Duration("PRODUCT_CONSUMERS_HANDLED_PURGE_INTERVAL", time.Hour),
+		SessionTimeout:   l.Duration("PRODUCT_CONSUMERS_SESSION_TIMEOUT", 10*time.Second),
+		RebalanceTimeout: l.Duration("PRODUCT_CONSUMERS_REBALANCE_TIMEOUT", 15*time.Second),
+		Cluster:          cluster.Load(l, nodeID),
+	}
+	if unset {
+		c.InstanceID = defaultInstanceID()
 	}
 	if c.HorizonMargin >= c.HandledRetention {
-		l.Fail("EVENT_HORIZON_MARGIN", "must be shorter than EVENT_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
+		l.Fail("PRODUCT_CONSUMERS_HORIZON_MARGIN", "must be shorter than PRODUCT_CONSUMERS_HANDLED_RETENTION (%s), got %s", c.HandledRetention, c.HorizonMargin)
 	}
-	enabled := l.String("RECLAIM_ENABLED", "true")
-	var err error
-	if c.Reclaim.Enabled, err = strconv.ParseBool(enabled); err != nil {
-		l.Fail("RECLAIM_ENABLED", "must be true or false, got %q", enabled)
-	}
-	c.Reclaim.Interval = l.Duration("RECLAIM_INTERVAL", time.Minute)
-	c.Reclaim.MinIdle = l.Duration("RECLAIM_MIN_IDLE", 5*time.Minute)
-	c.Reclaim.Count = l.PositiveInt("RECLAIM_COUNT", 100)
-	c.Reclaim.MaxRedrives = l.PositiveInt("RECLAIM_MAX_REDRIVES", 3)
+	c.Reclaim.Enabled = l.Bool("PRODUCT_CONSUMERS_RECLAIM_ENABLED", true)
+	c.Reclaim.Interval = l.Duration("PRODUCT_CONSUMERS_RECLAIM_INTERVAL", time.Minute)
+	c.Reclaim.MinIdle = l.Duration("PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE", 5*time.Minute)
+	c.Reclaim.Count = l.PositiveInt("PRODUCT_CONSUMERS_RECLAIM_COUNT", 100)
+	c.Reclaim.MaxRedrives = l.PositiveInt("PRODUCT_CONSUMERS_RECLAIM_MAX_REDRIVES", 3)
 	if c.RebalanceTimeout <= revokeGrace {
-		l.Fail("KAFKA_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
-	}
-	if !validInstanceID(c.InstanceID) {
-		l.Fail("CONSUMER_INSTANCE_ID", "must be at most 249 of the characters a-z A-Z 0-9 . _ -, got %q", c.InstanceID)
+		l.Fail("PRODUCT_CONSUMERS_REBALANCE_TIMEOUT", "must be longer than the %s revoke grace period, got %s", revokeGrace, c.RebalanceTimeout)
 	}
 	// Where identities do not survive a restart (a Deployment's pods get new
 	// names), a static member that does not come back holds its partitions
 	// idle for the session timeout at every rollout: turn it off there.
-	static := l.String("CONSUMER_STATIC_MEMBERSHIP", "true")
-	if on, err := strconv.ParseBool(static); err != nil {
-		l.Fail("CONSUMER_STATIC_MEMBERSHIP", "must be true or false, got %q", static)
-	} else if !on {
+	if !l.Bool("PRODUCT_CONSUMERS_STATIC_MEMBERSHIP", true) {
 		c.InstanceID = ""
+	}
+	if !validInstanceID(c.InstanceID) {
+		l.Fail(cluster.VarNodeID, "must be at most 249 of the characters a-z A-Z 0-9 . _ - to be a static group member id "+
+			"(or PRODUCT_CONSUMERS_STATIC_MEMBERSHIP=false), got %q", c.InstanceID)
 	}
 	c.RedisURL = l.URL("REDIS_URL", "redis", "rediss")
 	c.Reclaimer = kafka.LoadRole(l, c.Kafka, "RECLAIMER")
@@ -102,8 +129,8 @@ func Load(l *config.Loader) Config {
 // defaultInstanceID is the host name, which is stable per replica where
 // static membership pays off (a StatefulSet pod keeps its name across
 // restarts and rollouts; a Deployment's pod does not, so there
-// CONSUMER_STATIC_MEMBERSHIP=false). Two instances on one host must set
-// CONSUMER_INSTANCE_ID apart.
+// PRODUCT_CONSUMERS_STATIC_MEMBERSHIP=false). Two instances on one host must
+// set CLUSTER_NODE_ID apart.
 func defaultInstanceID() string {
 	h, err := os.Hostname()
 	if err != nil || !validInstanceID(h) {

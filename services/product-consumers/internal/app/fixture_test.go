@@ -139,7 +139,7 @@ func (f *fixture) required() map[string]string {
 func (f *fixture) start(t *testing.T, env map[string]string) (admin string, done <-chan error, stop func()) {
 	t.Helper()
 	vars := f.required()
-	vars["CONSUMER_RETRY_BACKOFF"] = "10ms"
+	vars["PRODUCT_CONSUMERS_RETRY_BACKOFF"] = "10ms"
 	maps.Copy(vars, env)
 	return f.run(t, vars)
 }

@@ -40,7 +40,7 @@ func TestIdempotencyHorizon(t *testing.T) {
 	if err := f.producer.SendMessages(msgs); err != nil {
 		t.Fatal(err)
 	}
-	admin, done, stop := f.start(t, map[string]string{"EVENT_HANDLED_RETENTION": "2h", "EVENT_HORIZON_MARGIN": "1h"})
+	admin, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_HANDLED_RETENTION": "2h", "PRODUCT_CONSUMERS_HORIZON_MARGIN": "1h"})
 	conn := f.conn(t)
 	type m struct{ Likes, Sales, Views int64 }
 	want := m{Likes: 1, Sales: 1, Views: 1}

@@ -189,7 +189,7 @@ func TestDatabaseRefusalIsolated(t *testing.T) {
 	if err := f.producer.SendMessages(msgs); err != nil {
 		t.Fatal(err)
 	}
-	_, done, stop := f.start(t, map[string]string{"CONSUMERS": "view"})
+	_, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_GROUPS": "view"})
 	var views int64
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		_ = conn.QueryRow(ctx, `SELECT view_count FROM product_metrics WHERE product_id = 1`).Scan(&views)

@@ -47,7 +47,7 @@ func TestHotProductRuns(t *testing.T) {
 		msgs = msgs[n:]
 	}
 
-	_, done, stop := f.start(t, map[string]string{"CONSUMERS": "like,view"})
+	_, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_GROUPS": "like,view"})
 	conn := f.conn(t)
 	type m struct{ Likes, Views int64 }
 	want := map[int64]m{1: {Likes: users / 2, Views: views}, 2: {Views: 1}}

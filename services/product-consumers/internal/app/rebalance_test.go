@@ -114,7 +114,6 @@ func TestTwoInstancesUnderInitialRebalanceDelay(t *testing.T) {
 	for i := range 2 {
 		vars := f.required()
 		vars["CLUSTER_NODE_ID"] = "consumers-" + strconv.Itoa(i)
-		vars["CONSUMER_INSTANCE_ID"] = "consumers-" + strconv.Itoa(i)
 		instances = append(instances, f.launch(t, vars))
 	}
 	var admins []string

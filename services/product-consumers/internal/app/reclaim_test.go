@@ -39,7 +39,7 @@ type stack struct {
 func startStack(t *testing.T, env map[string]string) *stack {
 	t.Helper()
 	f := newFixture(t)
-	vars := map[string]string{"CONSUMERS": "like,order"}
+	vars := map[string]string{"PRODUCT_CONSUMERS_GROUPS": "like,order"}
 	for k, v := range env {
 		vars[k] = v
 	}
@@ -192,7 +192,7 @@ func (s *stack) reclaimer(count int) *reclaim.Reclaimer {
 // reclaimer re-drives them and the aggregates end exact.
 func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"RECLAIM_INTERVAL": "100ms", "RECLAIM_MIN_IDLE": "1s"})
+	s := startStack(t, map[string]string{"PRODUCT_CONSUMERS_RECLAIM_INTERVAL": "100ms", "PRODUCT_CONSUMERS_RECLAIM_MIN_IDLE": "1s"})
 	repair := s.breakDatabase()
 	orderID := "00000000-0000-0000-0000-0000000000a1"
 	s.send(events.OrderPaidV1{OrderID: 1, PaymentID: 1, Amount: 500, Items: []events.OrderItem{{ProductID: 1, Quantity: 5, UnitPrice: 100}}}, orderID)
@@ -228,7 +228,7 @@ func TestScheduledReclaimAfterDatabaseOutage(t *testing.T) {
 // consumer's sequence guard ignores it and the count stays right.
 func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
+	s := startStack(t, map[string]string{"PRODUCT_CONSUMERS_RECLAIM_ENABLED": "false"})
 	s.send(events.LikeCreatedV1{UserID: "other", ProductID: 7}, uuid.NewString())
 	waitFor(t, "the first like", func() bool { return s.metrics()[7].Likes == 1 })
 	repair := s.breakDatabase()
@@ -253,7 +253,7 @@ func TestRedrivenLikeAfterNewerCancel(t *testing.T) {
 // republishes the same records, and the aggregates stay exact.
 func TestReclaimCrashBeforeCommit(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"RECLAIM_ENABLED": "false"})
+	s := startStack(t, map[string]string{"PRODUCT_CONSUMERS_RECLAIM_ENABLED": "false"})
 	repair := s.breakDatabase()
 	for _, u := range []string{"a", "b"} {
 		s.send(events.LikeCreatedV1{UserID: u, ProductID: 3}, uuid.NewString())

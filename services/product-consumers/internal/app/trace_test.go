@@ -54,7 +54,7 @@ func TestTraceOfEvents(t *testing.T) {
 	forged := traced(f.message(t, "like-events", event(events.LikeCreatedV1{UserID: "u", ProductID: 1}), uuid.NewString()))
 	request.End()
 
-	_, done, stop := f.start(t, map[string]string{"CONSUMERS": "like,order"})
+	_, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_GROUPS": "like,order"})
 	linkedTo := func(sc trace.SpanContext, name string) []sdktrace.ReadOnlySpan {
 		return telemetrytest.Ended(func(s sdktrace.ReadOnlySpan) bool {
 			return s.Name() == name && slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool { return l.SpanContext.WithRemote(false).Equal(sc) })

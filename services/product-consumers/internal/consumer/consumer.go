@@ -20,7 +20,7 @@ import (
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
 )
 
-// The consumers this service can run, by the name CONSUMERS uses.
+// The consumers this service can run, by the name PRODUCT_CONSUMERS_GROUPS uses.
 const (
 	Like  = "like"
 	Order = "order"
@@ -28,7 +28,7 @@ const (
 	Stock = "stock"
 )
 
-// Names lists every consumer, in the order CONSUMERS documents.
+// Names lists every consumer, in the order PRODUCT_CONSUMERS_GROUPS documents.
 var Names = []string{Like, Order, View, Stock}
 
 // The consumer group of each consumer, defined here only. A group's name is
@@ -92,7 +92,7 @@ func New(reg *events.Registry, st *store.Store, cache Cache, logger *slog.Logger
 	}, []string{"consumer", "outcome"})
 	failed := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "product_consumer_cache_invalidation_failures_total",
-		Help: "Product cache invalidations after an aggregate commit that failed; those pages may be stale for up to PRODUCT_CACHE_TTL.",
+		Help: "Product cache invalidations after an aggregate commit that failed; those pages may be stale for up to COMMERCE_API_PRODUCT_CACHE_TTL.",
 	})
 	for _, c := range []prometheus.Collector{outcome, failed} {
 		if err := metrics.Register(c); err != nil {

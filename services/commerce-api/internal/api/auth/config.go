@@ -49,26 +49,26 @@ var DefaultRoleClaims = []string{"roles", "realm_access.roles"}
 
 // Config is the AUTH_* part of commerce-api's configuration.
 type Config struct {
-	Mode Mode // AUTH_MODE: header (default) or jwt
-	// Issuer (AUTH_ISSUER) must equal a token's iss; Audience (AUTH_AUDIENCE)
+	Mode Mode // COMMERCE_API_AUTH_MODE: header (default) or jwt
+	// Issuer (COMMERCE_API_AUTH_ISSUER) must equal a token's iss; Audience (COMMERCE_API_AUTH_AUDIENCE)
 	// must be one of its aud. Both are required in jwt mode.
 	Issuer   string
 	Audience string
-	// JWKSURL (AUTH_JWKS_URL) or JWKSFile (AUTH_JWKS_FILE), exactly one in jwt
+	// JWKSURL (COMMERCE_API_AUTH_JWKS_URL) or JWKSFile (COMMERCE_API_AUTH_JWKS_FILE), exactly one in jwt
 	// mode: where the key set is read from. Both are read again every
 	// JWKSRefresh, and on a token naming an unknown key at most once per
 	// JWKSMinRefresh.
 	JWKSURL        string
 	JWKSFile       string
-	JWKSRefresh    time.Duration // AUTH_JWKS_REFRESH, default 15m
-	JWKSMinRefresh time.Duration // AUTH_JWKS_MIN_REFRESH, default 10s
-	// Leeway (AUTH_LEEWAY, default 30s) is the clock difference tolerated
+	JWKSRefresh    time.Duration // COMMERCE_API_AUTH_JWKS_REFRESH, default 15m
+	JWKSMinRefresh time.Duration // COMMERCE_API_AUTH_JWKS_MIN_REFRESH, default 10s
+	// Leeway (COMMERCE_API_AUTH_LEEWAY, default 30s) is the clock difference tolerated
 	// when exp, nbf and iat are compared with this server's clock.
 	Leeway time.Duration
-	// AdminRole (AUTH_ADMIN_ROLE, default catalog-admin) is the role a token
+	// AdminRole (COMMERCE_API_AUTH_ADMIN_ROLE, default catalog-admin) is the role a token
 	// needs to create products.
 	AdminRole string
-	// RoleClaims (AUTH_ROLE_CLAIMS, default roles,realm_access.roles) are the
+	// RoleClaims (COMMERCE_API_AUTH_ROLE_CLAIMS, default roles,realm_access.roles) are the
 	// claims whose string arrays hold a token's roles; a dotted name is a
 	// path into nested objects unless a top-level claim has that exact name.
 	RoleClaims []string
@@ -81,50 +81,50 @@ type Config struct {
 // believes tokens are checked while they are not.
 func Load(l *config.Loader) Config {
 	c := Config{
-		Mode:           Mode(l.String("AUTH_MODE", string(ModeHeader))),
-		Issuer:         l.String("AUTH_ISSUER", ""),
-		Audience:       l.String("AUTH_AUDIENCE", ""),
-		JWKSURL:        l.String("AUTH_JWKS_URL", ""),
-		JWKSFile:       l.String("AUTH_JWKS_FILE", ""),
-		JWKSRefresh:    l.Duration("AUTH_JWKS_REFRESH", DefaultJWKSRefresh),
-		JWKSMinRefresh: l.Duration("AUTH_JWKS_MIN_REFRESH", DefaultJWKSMinRefresh),
-		Leeway:         l.Duration("AUTH_LEEWAY", DefaultLeeway),
-		AdminRole:      l.String("AUTH_ADMIN_ROLE", DefaultAdminRole),
-		RoleClaims:     l.List("AUTH_ROLE_CLAIMS", DefaultRoleClaims),
+		Mode:           Mode(l.String("COMMERCE_API_AUTH_MODE", string(ModeHeader))),
+		Issuer:         l.String("COMMERCE_API_AUTH_ISSUER", ""),
+		Audience:       l.String("COMMERCE_API_AUTH_AUDIENCE", ""),
+		JWKSURL:        l.String("COMMERCE_API_AUTH_JWKS_URL", ""),
+		JWKSFile:       l.String("COMMERCE_API_AUTH_JWKS_FILE", ""),
+		JWKSRefresh:    l.Duration("COMMERCE_API_AUTH_JWKS_REFRESH", DefaultJWKSRefresh),
+		JWKSMinRefresh: l.Duration("COMMERCE_API_AUTH_JWKS_MIN_REFRESH", DefaultJWKSMinRefresh),
+		Leeway:         l.Duration("COMMERCE_API_AUTH_LEEWAY", DefaultLeeway),
+		AdminRole:      l.String("COMMERCE_API_AUTH_ADMIN_ROLE", DefaultAdminRole),
+		RoleClaims:     l.List("COMMERCE_API_AUTH_ROLE_CLAIMS", DefaultRoleClaims),
 	}
 	switch c.Mode {
 	case ModeHeader:
-		for _, v := range [][2]string{{"AUTH_ISSUER", c.Issuer}, {"AUTH_AUDIENCE", c.Audience}, {"AUTH_JWKS_URL", c.JWKSURL}, {"AUTH_JWKS_FILE", c.JWKSFile}} {
+		for _, v := range [][2]string{{"COMMERCE_API_AUTH_ISSUER", c.Issuer}, {"COMMERCE_API_AUTH_AUDIENCE", c.Audience}, {"COMMERCE_API_AUTH_JWKS_URL", c.JWKSURL}, {"COMMERCE_API_AUTH_JWKS_FILE", c.JWKSFile}} {
 			if v[1] != "" {
-				l.Fail(v[0], "is set but AUTH_MODE is header, which checks no token: set AUTH_MODE=jwt, or unset %s", v[0])
+				l.Fail(v[0], "is set but COMMERCE_API_AUTH_MODE is header, which checks no token: set COMMERCE_API_AUTH_MODE=jwt, or unset %s", v[0])
 			}
 		}
 	case ModeJWT:
 		if c.Issuer == "" {
-			l.Fail("AUTH_ISSUER", "is required when AUTH_MODE=jwt (the iss every token must carry)")
+			l.Fail("COMMERCE_API_AUTH_ISSUER", "is required when COMMERCE_API_AUTH_MODE=jwt (the iss every token must carry)")
 		}
 		if c.Audience == "" {
-			l.Fail("AUTH_AUDIENCE", "is required when AUTH_MODE=jwt (an aud every token must carry)")
+			l.Fail("COMMERCE_API_AUTH_AUDIENCE", "is required when COMMERCE_API_AUTH_MODE=jwt (an aud every token must carry)")
 		}
 		switch {
 		case c.JWKSURL == "" && c.JWKSFile == "":
-			l.Fail("AUTH_JWKS_URL", "is required when AUTH_MODE=jwt, unless AUTH_JWKS_FILE is set (where the signing keys are)")
+			l.Fail("COMMERCE_API_AUTH_JWKS_URL", "is required when COMMERCE_API_AUTH_MODE=jwt, unless COMMERCE_API_AUTH_JWKS_FILE is set (where the signing keys are)")
 		case c.JWKSURL != "" && c.JWKSFile != "":
-			l.Fail("AUTH_JWKS_FILE", "is set together with AUTH_JWKS_URL; set exactly one")
+			l.Fail("COMMERCE_API_AUTH_JWKS_FILE", "is set together with COMMERCE_API_AUTH_JWKS_URL; set exactly one")
 		case c.JWKSURL != "":
 			if err := checkJWKSURL(c.JWKSURL); err != nil {
-				l.Fail("AUTH_JWKS_URL", "%v", err)
+				l.Fail("COMMERCE_API_AUTH_JWKS_URL", "%v", err)
 			}
 		default:
 			if _, err := readKeyFile(c.JWKSFile); err != nil {
-				l.Fail("AUTH_JWKS_FILE", "%v", err)
+				l.Fail("COMMERCE_API_AUTH_JWKS_FILE", "%v", err)
 			}
 		}
 	default:
-		l.Fail("AUTH_MODE", "must be header or jwt, got %q", c.Mode)
+		l.Fail("COMMERCE_API_AUTH_MODE", "must be header or jwt, got %q", c.Mode)
 	}
 	if c.AdminRole == "" || strings.ContainsFunc(c.AdminRole, func(r rune) bool { return r <= ' ' || r > '~' }) {
-		l.Fail("AUTH_ADMIN_ROLE", "must be printable ASCII without spaces, got %q", c.AdminRole)
+		l.Fail("COMMERCE_API_AUTH_ADMIN_ROLE", "must be printable ASCII without spaces, got %q", c.AdminRole)
 	}
 	return c
 }

@@ -28,7 +28,7 @@ func TestLoad(t *testing.T) {
 	}
 	header := auth.Config{Mode: auth.ModeHeader, JWKSRefresh: 15 * time.Minute, JWKSMinRefresh: 10 * time.Second, Leeway: 30 * time.Second,
 		AdminRole: "catalog-admin", RoleClaims: []string{"roles", "realm_access.roles"}}
-	jwtEnv := map[string]string{"AUTH_MODE": "jwt", "AUTH_ISSUER": "https://idp/realms/c", "AUTH_AUDIENCE": "commerce-api", "AUTH_JWKS_URL": "https://idp/certs"}
+	jwtEnv := map[string]string{"COMMERCE_API_AUTH_MODE": "jwt", "COMMERCE_API_AUTH_ISSUER": "https://idp/realms/c", "COMMERCE_API_AUTH_AUDIENCE": "commerce-api", "COMMERCE_API_AUTH_JWKS_URL": "https://idp/certs"}
 	with := func(m map[string]string, kv ...string) map[string]string {
 		out := map[string]string{}
 		for k, v := range m {
@@ -58,20 +58,20 @@ func TestLoad(t *testing.T) {
 	}{
 		{"default is header mode", map[string]string{}, header, nil},
 		{"jwt with a URL", jwtEnv, jwtWant, nil},
-		{"jwt with a file", with(jwtEnv, "AUTH_JWKS_URL", "", "AUTH_JWKS_FILE", good), fileWant, nil},
-		{"jwt tuned", with(jwtEnv, "AUTH_LEEWAY", "5s", "AUTH_JWKS_REFRESH", "1h", "AUTH_JWKS_MIN_REFRESH", "1m", "AUTH_ADMIN_ROLE", "admin",
-			"AUTH_ROLE_CLAIMS", "https://shop.example/roles"), tuned, nil},
-		{"jwt without issuer, audience or key set", map[string]string{"AUTH_MODE": "jwt"}, auth.Config{},
-			[]string{"AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_JWKS_URL"}},
-		{"jwt with both key set sources", with(jwtEnv, "AUTH_JWKS_FILE", good), auth.Config{}, []string{"AUTH_JWKS_FILE: is set together with AUTH_JWKS_URL"}},
-		{"jwt with a URL that is not http", with(jwtEnv, "AUTH_JWKS_URL", "file:///etc/jwks.json"), auth.Config{}, []string{"AUTH_JWKS_URL"}},
-		{"jwt with a missing file", with(jwtEnv, "AUTH_JWKS_URL", "", "AUTH_JWKS_FILE", filepath.Join(dir, "none.json")), auth.Config{}, []string{"AUTH_JWKS_FILE"}},
-		{"jwt with a file that does not parse", with(jwtEnv, "AUTH_JWKS_URL", "", "AUTH_JWKS_FILE", notJSON), auth.Config{}, []string{"AUTH_JWKS_FILE"}},
-		{"jwt with a file of secrets only", with(jwtEnv, "AUTH_JWKS_URL", "", "AUTH_JWKS_FILE", onlySecret), auth.Config{}, []string{"AUTH_JWKS_FILE"}},
-		{"unknown mode", map[string]string{"AUTH_MODE": "oauth"}, auth.Config{}, []string{"AUTH_MODE"}},
-		{"header mode with jwt settings", with(jwtEnv, "AUTH_MODE", "header"), auth.Config{}, []string{"AUTH_ISSUER", "AUTH_AUDIENCE", "AUTH_JWKS_URL"}},
-		{"bad durations and role", with(jwtEnv, "AUTH_LEEWAY", "0s", "AUTH_JWKS_REFRESH", "soon", "AUTH_ADMIN_ROLE", "cat admin"), auth.Config{},
-			[]string{"AUTH_LEEWAY", "AUTH_JWKS_REFRESH", "AUTH_ADMIN_ROLE"}},
+		{"jwt with a file", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_URL", "", "COMMERCE_API_AUTH_JWKS_FILE", good), fileWant, nil},
+		{"jwt tuned", with(jwtEnv, "COMMERCE_API_AUTH_LEEWAY", "5s", "COMMERCE_API_AUTH_JWKS_REFRESH", "1h", "COMMERCE_API_AUTH_JWKS_MIN_REFRESH", "1m", "COMMERCE_API_AUTH_ADMIN_ROLE", "admin",
+			"COMMERCE_API_AUTH_ROLE_CLAIMS", "https://shop.example/roles"), tuned, nil},
+		{"jwt without issuer, audience or key set", map[string]string{"COMMERCE_API_AUTH_MODE": "jwt"}, auth.Config{},
+			[]string{"COMMERCE_API_AUTH_ISSUER", "COMMERCE_API_AUTH_AUDIENCE", "COMMERCE_API_AUTH_JWKS_URL"}},
+		{"jwt with both key set sources", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_FILE", good), auth.Config{}, []string{"COMMERCE_API_AUTH_JWKS_FILE: is set together with COMMERCE_API_AUTH_JWKS_URL"}},
+		{"jwt with a URL that is not http", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_URL", "file:///etc/jwks.json"), auth.Config{}, []string{"COMMERCE_API_AUTH_JWKS_URL"}},
+		{"jwt with a missing file", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_URL", "", "COMMERCE_API_AUTH_JWKS_FILE", filepath.Join(dir, "none.json")), auth.Config{}, []string{"COMMERCE_API_AUTH_JWKS_FILE"}},
+		{"jwt with a file that does not parse", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_URL", "", "COMMERCE_API_AUTH_JWKS_FILE", notJSON), auth.Config{}, []string{"COMMERCE_API_AUTH_JWKS_FILE"}},
+		{"jwt with a file of secrets only", with(jwtEnv, "COMMERCE_API_AUTH_JWKS_URL", "", "COMMERCE_API_AUTH_JWKS_FILE", onlySecret), auth.Config{}, []string{"COMMERCE_API_AUTH_JWKS_FILE"}},
+		{"unknown mode", map[string]string{"COMMERCE_API_AUTH_MODE": "oauth"}, auth.Config{}, []string{"COMMERCE_API_AUTH_MODE"}},
+		{"header mode with jwt settings", with(jwtEnv, "COMMERCE_API_AUTH_MODE", "header"), auth.Config{}, []string{"COMMERCE_API_AUTH_ISSUER", "COMMERCE_API_AUTH_AUDIENCE", "COMMERCE_API_AUTH_JWKS_URL"}},
+		{"bad durations and role", with(jwtEnv, "COMMERCE_API_AUTH_LEEWAY", "0s", "COMMERCE_API_AUTH_JWKS_REFRESH", "soon", "COMMERCE_API_AUTH_ADMIN_ROLE", "cat admin"), auth.Config{},
+			[]string{"COMMERCE_API_AUTH_LEEWAY", "COMMERCE_API_AUTH_JWKS_REFRESH", "COMMERCE_API_AUTH_ADMIN_ROLE"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

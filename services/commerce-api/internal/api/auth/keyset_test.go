@@ -152,7 +152,7 @@ func TestUnknownKIDRefreshIsRateLimited(t *testing.T) {
 	}
 }
 
-// TestPeriodicRefresh: Run reads the set every AUTH_JWKS_REFRESH, so a
+// TestPeriodicRefresh: Run reads the set every COMMERCE_API_AUTH_JWKS_REFRESH, so a
 // rotated key verifies although token-driven reads are rate limited, and a
 // withdrawn key stops verifying.
 func TestPeriodicRefresh(t *testing.T) {
@@ -274,8 +274,8 @@ func TestKeySetFileErrors(t *testing.T) {
 			cfg := auth.Config{Mode: auth.ModeJWT, Issuer: authtest.Issuer, Audience: authtest.Audience, JWKSFile: file,
 				JWKSRefresh: time.Hour, JWKSMinRefresh: time.Hour, Leeway: time.Second, AdminRole: "a", RoleClaims: []string{"roles"}}
 			_, err := auth.New(context.Background(), cfg, nil, slog.New(slog.DiscardHandler))
-			if err == nil || !strings.Contains(err.Error(), "AUTH_JWKS_FILE") {
-				t.Errorf("New: %v, want an error naming AUTH_JWKS_FILE", err)
+			if err == nil || !strings.Contains(err.Error(), "COMMERCE_API_AUTH_JWKS_FILE") {
+				t.Errorf("New: %v, want an error naming COMMERCE_API_AUTH_JWKS_FILE", err)
 			}
 		})
 	}

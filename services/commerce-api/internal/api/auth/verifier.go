@@ -41,7 +41,7 @@ type Verifier struct {
 // its own).
 func New(ctx context.Context, cfg Config, client *http.Client, logger *slog.Logger) (*Verifier, error) {
 	if cfg.Mode != ModeJWT {
-		return nil, fmt.Errorf("auth: New needs AUTH_MODE=jwt, got %q", cfg.Mode)
+		return nil, fmt.Errorf("auth: New needs COMMERCE_API_AUTH_MODE=jwt, got %q", cfg.Mode)
 	}
 	if client == nil {
 		client = &http.Client{Timeout: fetchTimeout}
@@ -62,14 +62,14 @@ func New(ctx context.Context, cfg Config, client *http.Client, logger *slog.Logg
 	}
 	if err := v.keys.refresh(ctx, true); err != nil {
 		if cfg.JWKSFile != "" {
-			return nil, fmt.Errorf("AUTH_JWKS_FILE: %w", err)
+			return nil, fmt.Errorf("COMMERCE_API_AUTH_JWKS_FILE: %w", err)
 		}
 		// Logged by the read; the service starts unready.
 	}
 	return v, nil
 }
 
-// Run reads the key set again every AUTH_JWKS_REFRESH (sooner while reads
+// Run reads the key set again every COMMERCE_API_AUTH_JWKS_REFRESH (sooner while reads
 // fail) until ctx ends.
 func (v *Verifier) Run(ctx context.Context) { v.keys.run(ctx) }
 
