@@ -102,8 +102,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Backoff:        cfg.RetryBackoff,
 			DLTSuffix:      events.DLTSuffix,
 			Logger:         logger.With("consumer", name), // pcon names the group itself
-			OnAssigned:     member.OnAssigned,
-			OnRevoked:      member.OnRevoked,
+			OnAssigned:     assignedTo(member),
+			OnRevoked:      revokedFrom(member),
 			OnDeadLetter:   onDeadLetter,
 		}, handler)
 		if err != nil {
@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
 			return fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
-		member.WatchStats(group, c.Stats)
+		member.WatchStats(group, progressOf(c.Stats))
 		consumers = append(consumers, c)
 		if !slices.Contains(topics, topic) {
 			topics = append(topics, topic)
