@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
@@ -164,7 +164,7 @@ func (m *Member) Leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.store.leave(ctx, m.cfg.NodeID); err != nil {
-		m.logger.Warn("cluster leave failed; the node will show as DOWN", service.ErrKey, err)
+		m.logger.Warn("cluster leave failed; the node will show as DOWN", logkey.Err, err)
 	} else {
 		m.logger.Info("left the cluster")
 	}
@@ -201,7 +201,7 @@ func (m *Member) run(ctx context.Context) {
 			fails++
 			m.metrics.failures.Inc()
 			delay = backoff(m.cfg.HeartbeatInterval, m.cfg.SuspectAfter, fails)
-			m.logger.Warn("cluster heartbeat failed", service.ErrKey, err, "failures", fails, "retryIn", delay)
+			m.logger.Warn("cluster heartbeat failed", logkey.Err, err, "failures", fails, "retryIn", delay)
 		default:
 			if !joined {
 				m.logger.Info("joined the cluster", "roles", m.info.Roles)
@@ -331,7 +331,7 @@ func (m *Member) OnAssigned(group string, ps []PartitionEvent) {
 		err := m.writeAssignment(ctx, c, o, false)
 		cancel()
 		if err != nil {
-			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
+			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, logkey.Err, err)
 		}
 	}
 }
@@ -361,7 +361,7 @@ func (m *Member) OnRevoked(group string, ps []PartitionEvent) {
 		case errors.Is(err, ErrSuperseded):
 			m.logger.Info("release refused: the partition was assigned again since", "group", group, "topic", p.Topic, "partition", p.Partition, "version", version)
 		case err != nil:
-			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
+			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, logkey.Err, err)
 		}
 	}
 }
@@ -411,7 +411,7 @@ func (m *Member) retryAssignments(ctx context.Context) {
 	m.mu.Unlock()
 	for i, c := range pending {
 		if err := m.writeAssignment(ctx, c, claims[i], true); err != nil {
-			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, service.ErrKey, err)
+			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, logkey.Err, err)
 		}
 	}
 }

@@ -19,10 +19,10 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
@@ -127,7 +127,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
 		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
 		if err != nil {
-			logger.Error("purge event_handled failed", service.ErrKey, err)
+			logger.Error("purge event_handled failed", logkey.Err, err)
 			return
 		}
 		if n > 0 {
