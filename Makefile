@@ -39,8 +39,11 @@ check-kafka = $(if $(filter-out 1,$(words $(KAFKA)))$(filter-out real embedded,$
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-test: ## run every test of every module (with -race) against real PostgreSQL, Redis and Apache Kafka
-	@$(TESTENV_TESTS) && $(call in-modules,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...)
+# -shuffle=on runs each package's tests (and benchmarks) in a random order,
+# printed as -test.shuffle N, so that a test relying on another having run
+# first fails; go test -shuffle=N repeats an order.
+test: ## run every test of every module (with -race, in random order) against real PostgreSQL, Redis and Apache Kafka
+	@$(TESTENV_TESTS) && $(call in-modules,$(GO) test -race -count=1 -shuffle=on -timeout $(TEST_TIMEOUT) ./...)
 
 lint: ## in every module: go mod tidy is a no-op, golangci-lint with .golangci.yml, go vet for macOS; the OpenAPI document against Redocly's recommended rules
 	@$(call in-modules,$(GO) mod tidy -diff || { echo "$$m: go.mod/go.sum are not tidy: run go mod tidy there" >&2; exit 1; })

@@ -132,7 +132,7 @@ func TestEventContract(t *testing.T) {
 				if topic != events.DLTOf("product-events") && topic != events.ParkedOf("product-events") {
 					continue
 				}
-				maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "pcon-") })
+				maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, pcon.HeaderPrefix) })
 				copies[topic] = h
 			}
 		}

@@ -44,9 +44,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "the sides take turns this many times, so that a change in the machine's load hits both alike")
 	flag.Parse()
 	if err := run(logger, o); err != nil {
-		logger.Error("bench api failed", service.ErrKey, err)
+		logger.Error("bench api failed", logkey.Err, err)
 		os.Exit(1)
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // pgCluster is a PostgreSQL server of the relay arm's own: initdb into a
@@ -206,7 +206,7 @@ func (c *pgCluster) close() {
 		err = <-c.done
 	}
 	if err != nil {
-		slog.Warn("the arm's PostgreSQL did not shut down cleanly", service.ErrKey, err)
+		slog.Warn("the arm's PostgreSQL did not shut down cleanly", logkey.Err, err)
 	}
 	_ = os.RemoveAll(c.dir)
 }

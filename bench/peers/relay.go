@@ -24,9 +24,9 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -425,7 +425,7 @@ func (a *relayArm) closeBed(ctx context.Context, b *bed) {
 	if b.cmd != nil {
 		_ = b.cmd.Process.Kill()
 		if err := <-b.done; err != nil {
-			slog.Info("stopped a side after a failed run", "side", b.peer, service.ErrKey, err)
+			slog.Info("stopped a side after a failed run", "side", b.peer, logkey.Err, err)
 		}
 	}
 	if b.wake != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/db/migrations"
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
@@ -35,7 +36,7 @@ func load(l *config.Loader) Config {
 func main() {
 	service.Main("migrate", load, func(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		if err := migrations.WaitReady(ctx, cfg.DatabaseURL, cfg.ConnectTimeout, func(attempt int, err error) {
-			logger.Warn("database not ready; retrying", "attempt", attempt, service.ErrKey, err)
+			logger.Warn("database not ready; retrying", "attempt", attempt, logkey.Err, err)
 		}); err != nil {
 			return err
 		}

@@ -14,8 +14,10 @@
 // SUSPECT, then DOWN, until they succeed again.
 //
 // A consumer process reports its partitions through OnAssigned/OnRevoked
-// (pcon's hooks) and publishes each owned partition's true lag with its
-// heartbeat. Every new assignment of a partition bumps the row's version;
+// (pcon's hooks, copied into this package's PartitionEvent by the service:
+// the package links no Kafka client, since every service links it) and
+// publishes each owned partition's true lag with its heartbeat
+// (WatchStats). Every new assignment of a partition bumps the row's version;
 // the owner's later writes carry the version it was given, so a revoked
 // owner's late write changes nothing. An assignment whose first write failed
 // is retried by the heartbeat, and then only takes a row that is released or

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/testenv"
-	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -171,19 +170,19 @@ func TestRevokedOwnerLateWriteRejected(t *testing.T) {
 	st := openStore(t, url)
 	a, b := join(t, url, fastConfig("a"), "consumer"), join(t, url, fastConfig("b"), "consumer")
 	t.Cleanup(func() { a.store.Close(); b.store.Close() })
-	stats := func() pcon.Stats {
-		return pcon.Stats{Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3, DeadLettered: 1}}}
+	stats := func() []PartitionProgress {
+		return []PartitionProgress{{Topic: "t", Partition: 0, Assigned: true, TrueLag: 7, Blocking: -1, Processed: 3, DeadLettered: 1}}
 	}
 	a.WatchStats("g", stats)
 	b.WatchStats("g", stats)
 	ctx := context.Background()
 
-	a.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 0}})
-	b.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 5}})
+	a.OnAssigned("g", []PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 0}})
+	b.OnAssigned("g", []PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 5}})
 	if err := a.publishLag(ctx); err != nil { // A still believes it owns p0
 		t.Fatal(err)
 	}
-	a.OnRevoked("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 9, Completed: 9}})
+	a.OnRevoked("g", []PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 9, Completed: 9}})
 
 	p := onlyPartition(t, st)
 	if diff := cmp.Diff(partitionSummary{Owner: "b", Version: 2, Moves: 1, Released: false, Lag: nil, HandoffBy: "a", HandoffApplied: false}, summarize(p)); diff != "" {
@@ -194,7 +193,7 @@ func TestRevokedOwnerLateWriteRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	seven := int64(7)
-	b.OnRevoked("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 12, Completed: 7}})
+	b.OnRevoked("g", []PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1, Offset: 12, Completed: 7}})
 	p = onlyPartition(t, st)
 	if diff := cmp.Diff(partitionSummary{Owner: "b", Version: 2, Moves: 1, Released: true, Lag: &seven, HandoffBy: "b", HandoffApplied: true}, summarize(p)); diff != "" {
 		t.Fatalf("after B's release (-want +got):\n%s", diff)
@@ -577,8 +576,8 @@ func TestAssignmentWrittenOnce(t *testing.T) {
 	ctx := t.Context()
 	m := join(t, url, fastConfig("a"), "consumer")
 	var processed atomic.Uint64
-	m.WatchStats("g", func() pcon.Stats {
-		return pcon.Stats{Group: "g", Partitions: []pcon.PartitionStats{{Topic: "t", Partition: 0, Assigned: true, Processed: processed.Load()}}}
+	m.WatchStats("g", func() []PartitionProgress {
+		return []PartitionProgress{{Topic: "t", Partition: 0, Assigned: true, Processed: processed.Load()}}
 	})
 	m.Start(ctx)
 	t.Cleanup(m.Leave)
@@ -596,7 +595,7 @@ func TestAssignmentWrittenOnce(t *testing.T) {
 	hooked := make(chan struct{})
 	go func() {
 		defer close(hooked)
-		m.OnAssigned("g", []pcon.PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1}})
+		m.OnAssigned("g", []PartitionEvent{{Topic: "t", Partition: 0, Epoch: 1}})
 	}()
 	time.Sleep(fastConfig("a").SuspectAfter * 3 / 4)
 	if err := tx.Rollback(ctx); err != nil {

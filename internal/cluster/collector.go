@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // Collector exposes the cluster view as metrics at each scrape, from the
@@ -45,7 +45,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	v, err := c.member.View(ctx)
 	if err != nil {
-		c.logger.Warn("cluster metrics: read view", service.ErrKey, err)
+		c.logger.Warn("cluster metrics: read view", logkey.Err, err)
 		return
 	}
 	counts := map[string]map[string]int{}
@@ -62,7 +62,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	changes, err := c.member.store.leaderTerms(ctx)
 	if err != nil {
-		c.logger.Warn("cluster metrics: count leader changes", service.ErrKey, err)
+		c.logger.Warn("cluster metrics: count leader changes", logkey.Err, err)
 	} else {
 		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(changes))
 	}

@@ -14,10 +14,42 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/stages"
-	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
+
+// PartitionEvent is one partition assigned to or revoked from a consumer, as
+// its assignment hooks report it (the service that wires the consumer
+// copies its library's event into it, so that this package, which every
+// service links, links no Kafka client).
+type PartitionEvent struct {
+	Topic     string
+	Partition int32
+	// Epoch is the consumer's own assignment epoch of the partition; it
+	// grows with each assignment of the partition to that consumer.
+	Epoch uint64
+	// Offset is, on assignment, the committed offset the assignment starts
+	// at; on revocation, the offset committed at release.
+	Offset int64
+	// Completed counts, on revocation, the records completed during the
+	// assignment.
+	Completed uint64
+}
+
+// PartitionProgress is what the heartbeat publishes of one partition a
+// consumer has owned: the part of the consumer's stats the registry shows.
+type PartitionProgress struct {
+	Topic     string
+	Partition int32
+	Assigned  bool  // owned right now; the lag fields are valid only then
+	TrueLag   int64 // records from the committable offset to the log end
+	GapSize   int   // complete records above the committable offset, waiting on it
+	Blocking  int64 // the incomplete offset holding the commit back, -1 if none
+	// Processed and DeadLettered count the partition's records handled and
+	// dead-lettered; they keep counting across assignments.
+	Processed    uint64
+	DeadLettered uint64
+}
 
 // hookTimeout bounds a hook's database write: pcon's hooks hold up the
 // partition's start or release. A write that does not make it is retried
@@ -43,9 +75,9 @@ type Member struct {
 
 	mu     sync.Mutex
 	owned  map[claim]*owned
-	stats  map[string]func() pcon.Stats // by group
-	stages func() []stages.Window       // nil: the node times no stage
-	unsent []stages.Window              // taken, but their heartbeat failed
+	stats  map[string]func() []PartitionProgress // by group
+	stages func() []stages.Window                // nil: the node times no stage
+	unsent []stages.Window                       // taken, but their heartbeat failed
 
 	stop    context.CancelFunc
 	stopped chan struct{}
@@ -101,7 +133,7 @@ func Join(databaseURL string, cfg Config, info Info, logger *slog.Logger, reg pr
 	return &Member{
 		store: st, cfg: cfg, info: info, logger: logger.With("node", cfg.NodeID), metrics: m,
 		views: newViewCache(st.View, ViewEvery, m.viewReads.Inc), instance: rand.Text(),
-		owned: map[claim]*owned{}, stats: map[string]func() pcon.Stats{},
+		owned: map[claim]*owned{}, stats: map[string]func() []PartitionProgress{},
 	}, nil
 }
 
@@ -132,7 +164,7 @@ func (m *Member) Leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.store.leave(ctx, m.cfg.NodeID); err != nil {
-		m.logger.Warn("cluster leave failed; the node will show as DOWN", service.ErrKey, err)
+		m.logger.Warn("cluster leave failed; the node will show as DOWN", logkey.Err, err)
 	} else {
 		m.logger.Info("left the cluster")
 	}
@@ -169,7 +201,7 @@ func (m *Member) run(ctx context.Context) {
 			fails++
 			m.metrics.failures.Inc()
 			delay = backoff(m.cfg.HeartbeatInterval, m.cfg.SuspectAfter, fails)
-			m.logger.Warn("cluster heartbeat failed", service.ErrKey, err, "failures", fails, "retryIn", delay)
+			m.logger.Warn("cluster heartbeat failed", logkey.Err, err, "failures", fails, "retryIn", delay)
 		default:
 			if !joined {
 				m.logger.Info("joined the cluster", "roles", m.info.Roles)
@@ -275,9 +307,10 @@ func (m *Member) stageWindows() (ws []stages.Window, timed bool) {
 }
 
 // WatchStats makes the heartbeat publish the true lag, gap and blocking
-// offset of the partitions group's consumer owns, from stats (pcon's
-// Consumer.Stats). Call it before the consumer runs.
-func (m *Member) WatchStats(group string, stats func() pcon.Stats) {
+// offset of the partitions group's consumer owns, from stats (every
+// partition the consumer has owned, from its stats: pcon's Consumer.Stats).
+// Call it before the consumer runs.
+func (m *Member) WatchStats(group string, stats func() []PartitionProgress) {
 	m.mu.Lock()
 	m.stats[group] = stats
 	m.mu.Unlock()
@@ -285,9 +318,9 @@ func (m *Member) WatchStats(group string, stats func() pcon.Stats) {
 	m.metrics.ready.WithLabelValues(group)
 }
 
-// OnAssigned is pcon's Config.OnAssigned: it records this node as the
-// owner of each partition, with a new version.
-func (m *Member) OnAssigned(group string, ps []pcon.PartitionEvent) {
+// OnAssigned is the consumer's assignment hook (pcon's Config.OnAssigned):
+// it records this node as the owner of each partition, with a new version.
+func (m *Member) OnAssigned(group string, ps []PartitionEvent) {
 	for _, p := range ps {
 		c := claim{Group: group, Topic: p.Topic, Partition: p.Partition}
 		o := &owned{epoch: p.Epoch, offset: p.Offset, assignedAt: time.Now(), baseline: m.handled(group, c), writing: true}
@@ -298,15 +331,16 @@ func (m *Member) OnAssigned(group string, ps []pcon.PartitionEvent) {
 		err := m.writeAssignment(ctx, c, o, false)
 		cancel()
 		if err != nil {
-			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
+			m.logger.Warn("record assignment failed; the heartbeat retries it", "group", group, "topic", p.Topic, "partition", p.Partition, logkey.Err, err)
 		}
 	}
 }
 
-// OnRevoked is pcon's Config.OnRevoked: it releases each partition and
-// records the handoff (committed offset, records completed). A release
-// from an owner that was superseded meanwhile changes nothing.
-func (m *Member) OnRevoked(group string, ps []pcon.PartitionEvent) {
+// OnRevoked is the consumer's revocation hook (pcon's Config.OnRevoked): it
+// releases each partition and records the handoff (committed offset,
+// records completed). A release from an owner that was superseded meanwhile
+// changes nothing.
+func (m *Member) OnRevoked(group string, ps []PartitionEvent) {
 	for _, p := range ps {
 		c := claim{Group: group, Topic: p.Topic, Partition: p.Partition}
 		m.mu.Lock()
@@ -327,7 +361,7 @@ func (m *Member) OnRevoked(group string, ps []pcon.PartitionEvent) {
 		case errors.Is(err, ErrSuperseded):
 			m.logger.Info("release refused: the partition was assigned again since", "group", group, "topic", p.Topic, "partition", p.Partition, "version", version)
 		case err != nil:
-			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, service.ErrKey, err)
+			m.logger.Warn("record handoff failed", "group", group, "topic", p.Topic, "partition", p.Partition, logkey.Err, err)
 		}
 	}
 }
@@ -377,7 +411,7 @@ func (m *Member) retryAssignments(ctx context.Context) {
 	m.mu.Unlock()
 	for i, c := range pending {
 		if err := m.writeAssignment(ctx, c, claims[i], true); err != nil {
-			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, service.ErrKey, err)
+			m.logger.Warn("record assignment failed", "group", c.Group, "topic", c.Topic, "partition", c.Partition, logkey.Err, err)
 		}
 	}
 }
@@ -391,7 +425,7 @@ func (m *Member) handled(group string, c claim) uint64 {
 	if stats == nil {
 		return 0
 	}
-	for _, p := range stats().Partitions {
+	for _, p := range stats() {
 		if p.Topic == c.Topic && p.Partition == c.Partition {
 			return p.Processed + p.DeadLettered
 		}
@@ -401,14 +435,14 @@ func (m *Member) handled(group string, c claim) uint64 {
 
 func (m *Member) publishLag(ctx context.Context) error {
 	m.mu.Lock()
-	watched := make(map[string]func() pcon.Stats, len(m.stats))
+	watched := make(map[string]func() []PartitionProgress, len(m.stats))
 	for g, f := range m.stats {
 		watched[g] = f
 	}
 	m.mu.Unlock()
 	var reports []lagReport
 	for group, stats := range watched {
-		for _, p := range stats().Partitions {
+		for _, p := range stats() {
 			if !p.Assigned {
 				continue
 			}

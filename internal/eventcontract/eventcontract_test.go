@@ -12,7 +12,9 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 
 	"github.com/loopers/commerce-pipeline/internal/eventcontract"
+	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
+	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
 // record is a like event as the relay writes it: the registry's CloudEvent
@@ -67,7 +69,7 @@ func TestCheck(t *testing.T) {
 		return r
 	}
 	// A record re-driven from a dead-letter or parked topic carries how often.
-	if _, err := c.Check(change(func(r *eventcontract.Record) { r.Headers = set(r.Headers, "pcon-redrive-count", "2") })); err != nil {
+	if _, err := c.Check(change(func(r *eventcontract.Record) { r.Headers = set(r.Headers, reclaim.HeaderRedriveCount, "2") })); err != nil {
 		t.Fatalf("Check(a re-driven record) = %v", err)
 	}
 	tests := []struct {
@@ -75,7 +77,7 @@ func TestCheck(t *testing.T) {
 		r          eventcontract.Record
 	}{
 		{"a header the document does not know", "ce_traceparent", change(func(r *eventcontract.Record) { r.Headers = set(r.Headers, "ce_traceparent", "00-1") })},
-		{"a re-drive count of zero", "pcon-redrive-count", change(func(r *eventcontract.Record) { r.Headers = set(r.Headers, "pcon-redrive-count", "0") })},
+		{"a re-drive count of zero", reclaim.HeaderRedriveCount, change(func(r *eventcontract.Record) { r.Headers = set(r.Headers, reclaim.HeaderRedriveCount, "0") })},
 		{"a header missing", "ce_sequence", change(func(r *eventcontract.Record) { r.Headers = without(r.Headers, "ce_sequence") })},
 		{"a header renamed", "ce_aggregateId", change(func(r *eventcontract.Record) {
 			r.Headers = set(without(r.Headers, "ce_aggregateid"), "ce_aggregateId", "227")
@@ -122,9 +124,9 @@ func TestCheckDeadLetter(t *testing.T) {
 	dl.Value = []byte("not JSON at all")
 	dl.Headers = set(dl.Headers, "ce_id", "forged")
 	for k, v := range map[string]string{
-		"pcon-original-topic": "like-events", "pcon-original-partition": "2", "pcon-original-offset": "17",
-		"pcon-original-timestamp": "2026-01-02T03:04:05.000000006Z", "pcon-consumer-group": "product-like-consumer",
-		"pcon-error": "bad event data", "pcon-attempts": "1", "pcon-reason": "permanent", "pcon-dead-lettered-at": "2026-01-02T03:04:06Z",
+		pcon.HeaderOriginalTopic: "like-events", pcon.HeaderOriginalPartition: "2", pcon.HeaderOriginalOffset: "17",
+		pcon.HeaderOriginalTimestamp: "2026-01-02T03:04:05.000000006Z", pcon.HeaderConsumerGroup: "product-like-consumer",
+		pcon.HeaderError: "bad event data", pcon.HeaderAttempts: "1", pcon.HeaderReason: "permanent", pcon.HeaderDeadLetteredAt: "2026-01-02T03:04:06Z",
 	} {
 		dl.Headers = append(dl.Headers, eventcontract.Header{Key: k, Value: v})
 	}
@@ -133,16 +135,16 @@ func TestCheckDeadLetter(t *testing.T) {
 	}
 	parked := dl
 	parked.Topic = "like-events.PARKED"
-	if _, err := c.Check(parked); err == nil || !strings.Contains(err.Error(), "pcon-parked-reason") {
+	if _, err := c.Check(parked); err == nil || !strings.Contains(err.Error(), reclaim.HeaderParkedReason) {
 		t.Fatalf("Check(parked record without why) = %v, want it refused", err)
 	}
-	parked.Headers = append(slices.Clone(dl.Headers), eventcontract.Header{Key: "pcon-parked-reason", Value: "permanent"},
-		eventcontract.Header{Key: "pcon-parked-at", Value: "2026-01-02T03:04:07Z"})
+	parked.Headers = append(slices.Clone(dl.Headers), eventcontract.Header{Key: reclaim.HeaderParkedReason, Value: "permanent"},
+		eventcontract.Header{Key: reclaim.HeaderParkedAt, Value: "2026-01-02T03:04:07Z"})
 	if _, err := c.Check(parked); err != nil {
 		t.Fatalf("Check(parked) = %v", err)
 	}
-	dl.Headers = without(dl.Headers, "pcon-reason")
-	if _, err := c.Check(dl); err == nil || !strings.Contains(err.Error(), "pcon-reason") {
-		t.Fatalf("Check(dead letter without pcon-reason) = %v, want it refused", err)
+	dl.Headers = without(dl.Headers, pcon.HeaderReason)
+	if _, err := c.Check(dl); err == nil || !strings.Contains(err.Error(), pcon.HeaderReason) {
+		t.Fatalf("Check(dead letter without %s) = %v, want it refused", pcon.HeaderReason, err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // ShutdownTimeout bounds how long in-flight requests may take to finish once
@@ -167,7 +167,7 @@ func readyz(checks map[string]Check, detail bool, opts []OpsOption) http.Handler
 				failed[name] = "timeout"
 			}
 			if cfg.logger != nil {
-				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, service.ErrKey, err)
+				cfg.logger.WarnContext(r.Context(), "readiness check failed", "check", name, logkey.Err, err)
 			}
 		}
 		switch {

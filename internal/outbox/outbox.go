@@ -1,7 +1,8 @@
 // Package outbox owns the contract of the outbox table for its writers: the
 // columns a writer sets, the INSERT, and the channel writers notify after
 // committing. commerce-api, the relay's tests, the end-to-end suite
-// and the benchmarks all write through Insert, so a schema change has one
+// and the benchmarks all write through it (Insert, InsertFromSQL, or a COPY
+// of Columns with Entry.Values for a bulk write), so a schema change has one
 // place to follow.
 //
 // It is also the one reader of the relay's state (relaystate.go): the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // Listen LISTENs on channel on a dedicated connection and calls notify for
@@ -23,7 +23,7 @@ func (db *DB) Listen(ctx context.Context, logger *slog.Logger, channel string, n
 		if ctx.Err() != nil {
 			return
 		}
-		logger.Warn("lost the LISTEN connection; reconnecting", "channel", channel, service.ErrKey, err, "backoff", backoff)
+		logger.Warn("lost the LISTEN connection; reconnecting", "channel", channel, logkey.Err, err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return

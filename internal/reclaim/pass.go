@@ -15,7 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 )
 
@@ -46,11 +46,11 @@ func (r *Reclaimer) Pass(ctx context.Context, o Options) Result {
 	wg.Wait()
 	for _, d := range res.Domains {
 		if d.Err != nil {
-			r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, service.ErrKey, d.Err)
+			r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, logkey.Err, d.Err)
 		}
 		for _, p := range d.Partitions {
 			if p.Err != nil {
-				r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, "partition", p.Partition, service.ErrKey, p.Err)
+				r.cfg.Logger.Error("reclaim domain error", "domain", d.Domain, "partition", p.Partition, logkey.Err, p.Err)
 			}
 		}
 	}
@@ -263,7 +263,7 @@ func (r *Reclaimer) send(k tp, topic string, took []taken, batch []*sarama.Produ
 		if err, ok := failed[x.m.Offset]; ok && x.out == Redriven && unhealable(err) {
 			x.out, x.why = Parked, "its republish cannot succeed: "+err.Error()
 			delete(failed, x.m.Offset)
-			r.cfg.Logger.Warn("dead letter parked: its republish cannot succeed", "topic", k.topic, "partition", k.partition, "offset", x.m.Offset, service.ErrKey, err)
+			r.cfg.Logger.Warn("dead letter parked: its republish cannot succeed", "topic", k.topic, "partition", k.partition, "offset", x.m.Offset, logkey.Err, err)
 			if r.cfg.ParkSuffix != "" {
 				late = append(late, parked(x.m, topic+r.cfg.ParkSuffix, x.why))
 			}

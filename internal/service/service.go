@@ -21,11 +21,15 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/telemetry"
 )
 
 // ErrKey is the attribute key of an error in every log record.
-const ErrKey = "error"
+//
+// Deprecated: use logkey.Err; a package that imports the bootstrap for a
+// log key is one the layering test refuses.
+const ErrKey = logkey.Err
 
 // ConfigVarsFlag is the argument that makes a binary print its variables.
 const ConfigVarsFlag = "-config-vars"
@@ -51,7 +55,7 @@ func Run[C any](ctx context.Context, name string, args []string, lookup func(str
 		l := config.New(func(string) (string, bool) { return "", false })
 		load(l)
 		if err := json.NewEncoder(stdout).Encode(l.Vars()); err != nil {
-			logger.Error(name+" failed", ErrKey, err)
+			logger.Error(name+" failed", logkey.Err, err)
 			return 1
 		}
 		return 0
@@ -70,7 +74,7 @@ func Run[C any](ctx context.Context, name string, args []string, lookup func(str
 		err = traced(ctx, name, lookup, logger, func() error { return run(ctx, cfg, logger) })
 	}
 	if err != nil {
-		logger.Error(name+" failed", ErrKey, err)
+		logger.Error(name+" failed", logkey.Err, err)
 		return 1
 	}
 	return 0
@@ -91,7 +95,7 @@ func traced(ctx context.Context, name string, lookup func(string) (string, bool)
 	flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	if ferr := shutdown(flushCtx); ferr != nil {
-		logger.Warn("spans lost at exit", ErrKey, ferr)
+		logger.Warn("spans lost at exit", logkey.Err, ferr)
 	}
 	return err
 }

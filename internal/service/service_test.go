@@ -1,20 +1,17 @@
 package service_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/loopers/commerce-pipeline/internal/config"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/service"
 )
 
@@ -33,9 +30,9 @@ func TestRun(t *testing.T) {
 		wantLog  map[string]any // the attributes of the one record logged; nil for none
 	}{
 		{"success", good, nil, 0, nil},
-		{"run fails", good, errors.New("boom"), 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc", service.ErrKey: "boom"}},
+		{"run fails", good, errors.New("boom"), 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc", logkey.Err: "boom"}},
 		{"bad configuration", map[string]string{}, nil, 1, map[string]any{"level": "ERROR", "msg": "svc failed", "service": "svc",
-			service.ErrKey: "svc configuration: DATABASE_URL: is required (or DATABASE_URL_FILE, a file holding it)"}},
+			logkey.Err: "svc configuration: DATABASE_URL: is required (or DATABASE_URL_FILE, a file holding it)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,39 +109,5 @@ func TestRunPrintsConfigVars(t *testing.T) {
 	want := []config.Var{{Name: "DATABASE_URL", Kind: "URL", Required: true, Allowed: []string{"postgres"}}, {Name: "DATABASE_URL_FILE", Kind: "File"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("vars (-want +got):\n%s", diff)
-	}
-}
-
-// TestOneErrorKey: log calls in this module put errors under ErrKey only.
-func TestOneErrorKey(t *testing.T) {
-	t.Parallel()
-	other := regexp.MustCompile(`(Debug|Info|Warn|Error)(Context)?\(.*"err", `)
-	root := filepath.Join("..", "..")
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != root {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for n := 1; sc.Scan(); n++ {
-			if other.MatchString(sc.Text()) {
-				t.Errorf("%s:%d logs an error under \"err\"; use service.ErrKey (%q)", path, n, service.ErrKey)
-			}
-		}
-		return sc.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -17,10 +17,12 @@ func lookup(vars map[string]string) func(string) (string, bool) {
 // TestSetup sets up tracing the way every binary does: first without an
 // endpoint (nothing installed), then exporting over OTLP/HTTP to a receiver
 // in this process, which reads the spans back. Setup installs the global
-// tracer provider, so the steps run in order, and alone.
+// tracer provider, so the steps run in order, and alone, from tracing off
+// (telemetry.Off), and the provider goes when the test ends.
 //
 //nolint:paralleltest // Setup changes the process's global tracer provider.
 func TestSetup(t *testing.T) {
+	telemetry.Off(t)
 	ctx := context.Background()
 	for _, vars := range []map[string]string{
 		{},

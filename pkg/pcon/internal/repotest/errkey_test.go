@@ -3,7 +3,7 @@ package pcon_test
 import (
 	"testing"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/internal/core"
 )
 
@@ -11,7 +11,7 @@ import (
 // the services use, so that one query over the logs finds every error.
 func TestErrKeyIsTheServices(t *testing.T) {
 	t.Parallel()
-	if core.ErrKey != service.ErrKey {
-		t.Errorf("pcon logs errors under %q, the services under %q", core.ErrKey, service.ErrKey)
+	if core.ErrKey != logkey.Err {
+		t.Errorf("pcon logs errors under %q, the services under %q", core.ErrKey, logkey.Err)
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
@@ -238,6 +238,6 @@ func (s *server) invalidate(ctx context.Context, ids ...int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cacheTimeout)
 	defer cancel()
 	if err := s.cache.Invalidate(ctx, ids...); err != nil {
-		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, service.ErrKey, err)
+		s.log.WarnContext(ctx, "product cache invalidation failed", "products", ids, logkey.Err, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/stream"
@@ -181,9 +181,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	switch {
 	case errors.Is(r.Context().Err(), context.Canceled):
 		// The client went away mid-request; nothing failed on our side.
-		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, service.ErrKey, err)
+		logger.DebugContext(r.Context(), "request abandoned by the client", "method", r.Method, "path", r.URL.Path, logkey.Err, err)
 	case p.Status >= http.StatusInternalServerError:
-		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, service.ErrKey, err)
+		logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, logkey.Err, err)
 	}
 	w.Header().Set("Content-Type", ProblemContentType)
 	if p.retryAfter > 0 {

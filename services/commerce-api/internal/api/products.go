@@ -11,8 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
@@ -113,7 +113,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 		seen, err = s.cache.Get(cctx, id)
 		cancel()
 		if err != nil {
-			s.log.WarnContext(ctx, "product cache read failed", "product", id, service.ErrKey, err)
+			s.log.WarnContext(ctx, "product cache read failed", "product", id, logkey.Err, err)
 		}
 		if seen.Hit {
 			if err := s.st.RecordView(ctx, id, viewer); err != nil {
@@ -134,7 +134,7 @@ func (s *server) getProduct(w http.ResponseWriter, r *http.Request) error {
 	if s.cache != nil {
 		cctx, cancel := context.WithTimeout(ctx, cacheTimeout)
 		if _, err := s.cache.Fill(cctx, id, seen, body); err != nil {
-			s.log.WarnContext(ctx, "product cache write failed", "product", id, service.ErrKey, err)
+			s.log.WarnContext(ctx, "product cache write failed", "product", id, logkey.Err, err)
 		}
 		cancel()
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // notifyQueue exposes pg_notification_queue_usage() at each scrape.
@@ -32,7 +32,7 @@ func (n *notifyQueue) Collect(ch chan<- prometheus.Metric) {
 	u, err := n.usage(ctx)
 	if err != nil {
 		// No sample rather than a wrong one; the scrape goes on.
-		n.log.Warn("metrics: read the notify queue usage", service.ErrKey, err)
+		n.log.Warn("metrics: read the notify queue usage", logkey.Err, err)
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(n.desc, prometheus.GaugeValue, u)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/store"
 )
 
@@ -399,7 +399,7 @@ func (h *Hub) flush(ctx context.Context) {
 	ch, err := h.readChanges(ctx, h.cursor)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read product changes", service.ErrKey, err)
+			h.log.WarnContext(ctx, "stream: read product changes", logkey.Err, err)
 		}
 		return
 	}
@@ -434,7 +434,7 @@ func (h *Hub) broadcastReset(ctx context.Context) {
 	f, err := h.resetFrame(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read the top products", service.ErrKey, err)
+			h.log.WarnContext(ctx, "stream: read the top products", logkey.Err, err)
 		}
 		return
 	}
@@ -468,7 +468,7 @@ func (h *Hub) broadcastSummary(ctx context.Context) {
 	sum, err := h.summary(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.log.WarnContext(ctx, "stream: read pipeline summary", service.ErrKey, err)
+			h.log.WarnContext(ctx, "stream: read pipeline summary", logkey.Err, err)
 		}
 		return
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
@@ -223,7 +223,7 @@ func (h *Hub) summary(ctx context.Context) (Summary, error) {
 	if h.cluster != nil {
 		cs, err := h.cluster.Summary(ctx)
 		if err != nil {
-			h.log.WarnContext(ctx, "stream: read the cluster view", service.ErrKey, err)
+			h.log.WarnContext(ctx, "stream: read the cluster view", logkey.Err, err)
 		} else {
 			s.Cluster = &cs
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
@@ -41,7 +41,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	}
 	defer func() {
 		if err := pub.Close(); err != nil {
-			logger.Warn("close Kafka producer", service.ErrKey, err)
+			logger.Warn("close Kafka producer", logkey.Err, err)
 		}
 	}()
 	reg := prometheus.NewRegistry()

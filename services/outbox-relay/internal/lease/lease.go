@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
@@ -149,7 +149,7 @@ func (e *Elector) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := e.TryAcquire(ctx); err != nil && ctx.Err() == nil {
-			e.logger.Warn("lease renewal failed", "lease", e.name, "owner", e.owner, service.ErrKey, err)
+			e.logger.Warn("lease renewal failed", "lease", e.name, "owner", e.owner, logkey.Err, err)
 		}
 		select {
 		case <-ctx.Done():

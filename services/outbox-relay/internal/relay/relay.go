@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -437,7 +437,7 @@ func (t *term) settle(o outcome) {
 		if o.err != nil && !publisher.Unpublishable(o.err) && !e.expired(t.r.cfg.MaxAge) {
 			e.state = waiting
 			u.due = t.backoff(e.unit)
-			t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, service.ErrKey, o.err)
+			t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, logkey.Err, o.err)
 			return
 		}
 		t.waiting--
@@ -481,7 +481,7 @@ func (t *term) hold(e *entry, err error) {
 	if u == nil {
 		u = &unit{due: t.backoff(e.unit)}
 		t.blocked[e.unit] = u
-		t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, service.ErrKey, err)
+		t.r.logger.Info("message held for retry", "id", e.row.ID, "nextRetryAt", u.due, logkey.Err, err)
 	}
 	u.insert(e)
 	if !e.alone {
@@ -502,7 +502,7 @@ func (t *term) backoff(key string) time.Time {
 // fail moves e to outbox_failed, now if the cursor passed it, else when it
 // does.
 func (t *term) fail(e *entry, err error, msg string) {
-	t.r.logger.Warn(msg, "id", e.row.ID, "eventId", e.row.EventID, "type", e.row.EventType, "createdAt", e.row.CreatedAt, service.ErrKey, err)
+	t.r.logger.Warn(msg, "id", e.row.ID, "eventId", e.row.EventID, "type", e.row.EventType, "createdAt", e.row.CreatedAt, logkey.Err, err)
 	e.state = failed
 	e.mapErr = err
 	if e.passed {
@@ -888,7 +888,7 @@ func (r *Relay) sendable(ctx context.Context, cursor int64, b store.Batch) []sto
 func (r *Relay) outboxWriters(ctx context.Context, snap store.Snapshot) ([]uint64, bool) {
 	w, err := r.store.OutboxWriters(ctx)
 	if err != nil {
-		r.logger.Warn("cannot read the outbox writers; the gap waits", service.ErrKey, err)
+		r.logger.Warn("cannot read the outbox writers; the gap waits", logkey.Err, err)
 		return nil, false
 	}
 	var out []uint64

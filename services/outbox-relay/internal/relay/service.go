@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -95,7 +95,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	// The first lease attempt happens before the scheduler starts, so a
 	// node that can lead does so from its first tick.
 	if _, err := s.elector.TryAcquire(ctx); err != nil {
-		s.logger.Warn("first lease attempt failed", service.ErrKey, err)
+		s.logger.Warn("first lease attempt failed", logkey.Err, err)
 	}
 	wg.Go(func() { s.elector.Run(ctx) })
 	wg.Go(func() { s.store.Listen(ctx, s.logger, outbox.Channel, s.relay.Notify) })
@@ -110,7 +110,7 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
 		if err := s.elector.Release(rctx); err != nil {
-			s.logger.Warn("release lease", service.ErrKey, err)
+			s.logger.Warn("release lease", logkey.Err, err)
 		}
 	}
 	if shutdownErr != nil {
@@ -141,7 +141,7 @@ func (s *Service) passes(ctx context.Context) {
 			if errors.Is(err, store.ErrFenced) {
 				level = slog.LevelWarn
 			}
-			s.logger.Log(ctx, level, "relay pass failed", service.ErrKey, err)
+			s.logger.Log(ctx, level, "relay pass failed", logkey.Err, err)
 		}
 		next := s.cfg.Interval
 		if d, ok := s.relay.NextRetry(); ok {
@@ -154,7 +154,7 @@ func (s *Service) passes(ctx context.Context) {
 func (s *Service) purge(ctx context.Context) {
 	n, err := s.store.Purge(ctx, s.cfg.Retention, pg.PurgeChunk)
 	if err != nil && ctx.Err() == nil {
-		s.logger.Error("outbox retention failed", service.ErrKey, err, "deleted", n)
+		s.logger.Error("outbox retention failed", logkey.Err, err, "deleted", n)
 		return
 	}
 	if n > 0 {

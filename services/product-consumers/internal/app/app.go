@@ -19,10 +19,10 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/pg"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
-	"github.com/loopers/commerce-pipeline/internal/service"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
 	"github.com/loopers/commerce-pipeline/pkg/pcon/pconprom"
@@ -102,8 +102,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			Backoff:        cfg.RetryBackoff,
 			DLTSuffix:      events.DLTSuffix,
 			Logger:         logger.With("consumer", name), // pcon names the group itself
-			OnAssigned:     member.OnAssigned,
-			OnRevoked:      member.OnRevoked,
+			OnAssigned:     assignedTo(member),
+			OnRevoked:      revokedFrom(member),
 			OnDeadLetter:   onDeadLetter,
 		}, handler)
 		if err != nil {
@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
 			return fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
-		member.WatchStats(group, c.Stats)
+		member.WatchStats(group, progressOf(c.Stats))
 		consumers = append(consumers, c)
 		if !slices.Contains(topics, topic) {
 			topics = append(topics, topic)
@@ -127,7 +127,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
 		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
 		if err != nil {
-			logger.Error("purge event_handled failed", service.ErrKey, err)
+			logger.Error("purge event_handled failed", logkey.Err, err)
 			return
 		}
 		if n > 0 {

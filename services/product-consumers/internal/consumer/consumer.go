@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
@@ -140,7 +140,7 @@ func (h *Handlers) invalidate(ctx context.Context, ids []int64) {
 	end(err)
 	if err != nil {
 		h.invalidateFailed.Inc()
-		h.logger.Warn("product cache invalidation failed", "products", len(ids), service.ErrKey, err)
+		h.logger.Warn("product cache invalidation failed", "products", len(ids), logkey.Err, err)
 	}
 }
 

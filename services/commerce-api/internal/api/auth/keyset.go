@@ -21,7 +21,7 @@ import (
 
 	"github.com/MicahParks/jwkset"
 
-	"github.com/loopers/commerce-pipeline/internal/service"
+	"github.com/loopers/commerce-pipeline/internal/logkey"
 )
 
 // Algorithms are the JWS algorithms a token may be signed with: asymmetric
@@ -279,7 +279,7 @@ func (k *keySet) refresh(ctx context.Context, force bool) error {
 		go func() {
 			err := k.load(k.base)
 			if err != nil {
-				k.log.Error("JWKS read failed; tokens signed by keys not yet known are refused", "source", k.source, service.ErrKey, err)
+				k.log.Error("JWKS read failed; tokens signed by keys not yet known are refused", "source", k.source, logkey.Err, err)
 			}
 			k.mu.Lock()
 			k.lastErr, k.inflight = err, nil
