@@ -119,6 +119,19 @@ func (t *tracer) context(r *pcon.Record) trace.SpanContext {
 	return trace.SpanContextFromContext(t.o.Propagator.Extract(context.Background(), carrier(r.Headers)))
 }
 
+// RecordContext returns the creation context r carries in its W3C
+// traceparent and tracestate headers (or the CloudEvents ce_traceparent and
+// ce_tracestate), as the wrappers read it with the default propagator;
+// invalid when it carries none. A record without the headers costs a scan
+// of its header keys. For what is not a span: a metric's exemplar, a log
+// line's trace id.
+func RecordContext(r *pcon.Record) trace.SpanContext {
+	if len(r.Headers) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier(r.Headers)))
+}
+
 // recordAttrs are the attributes that place r in its log.
 func (t *tracer) recordAttrs(r *pcon.Record) []attribute.KeyValue {
 	p := strconv.Itoa(int(r.Partition))

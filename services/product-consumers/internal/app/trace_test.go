@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestTraceOfEvents(t *testing.T) {
 	forged := traced(f.message(t, "like-events", event(events.LikeCreatedV1{UserID: "u", ProductID: 1}), uuid.NewString()))
 	request.End()
 
-	_, done, stop := f.start(t, map[string]string{"CONSUMERS": "like,order"})
+	admin, done, stop := f.start(t, map[string]string{"CONSUMERS": "like,order"})
 	linkedTo := func(sc trace.SpanContext, name string) []sdktrace.ReadOnlySpan {
 		return telemetrytest.Ended(func(s sdktrace.ReadOnlySpan) bool {
 			return s.Name() == name && slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool { return l.SpanContext.WithRemote(false).Equal(sc) })
@@ -65,6 +66,21 @@ func TestTraceOfEvents(t *testing.T) {
 			t.Fatal("the events' spans did not all end in time")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// The order's stages are exemplars with its trace id, the request's,
+	// on the admin listener's /metrics; no exemplar names another trace.
+	stagesWithTrace := map[string]bool{}
+	for bucket, id := range telemetrytest.Exemplars(t, "http://"+admin+"/metrics") {
+		if id != request.SpanContext().TraceID().String() {
+			t.Errorf("exemplar of %s: trace %s, not the request's", bucket, id)
+		}
+		stage, rest, _ := strings.Cut(bucket, " ")
+		if typ, _, _ := strings.Cut(rest, " "); typ == paid.Type {
+			stagesWithTrace[stage] = true
+		}
+	}
+	if !stagesWithTrace["apply"] {
+		t.Errorf("the order's apply stage has no exemplar of its trace; stages with one: %v", stagesWithTrace)
 	}
 	stop()
 	if err := <-done; err != nil {
