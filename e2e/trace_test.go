@@ -24,7 +24,7 @@ import (
 func TestTraceOfALike(t *testing.T) {
 	t.Parallel()
 	rcv := telemetrytest.NewReceiver(t)
-	otel := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+	otel := exportingTo(rcv)
 	s := newSystemOn(t, kafkaSetup{ServiceEnv: map[string]map[string]string{
 		"commerce-api": otel, "outbox-relay": otel, "product-consumers": otel,
 	}})
@@ -102,6 +102,16 @@ func TestTraceOfALike(t *testing.T) {
 	for _, pr := range process {
 		logTree(t, spans, pr, "  ")
 	}
+}
+
+// exportingTo is the environment of a service that traces to rcv, every
+// 100 ms instead of every 5 s, with extra.
+func exportingTo(rcv *telemetrytest.Receiver, extra ...string) map[string]string {
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
 }
 
 // children returns the spans whose parent is p.
