@@ -11,7 +11,9 @@
 // (Options.Parent). Each dead-letter publish is a producer span
 // "send <topic>.DLT" linked to the record's context; the dead-lettered
 // record keeps its headers, so a re-driven record's processing links to the
-// original creation context again.
+// original creation context again. Each offset commit is a client span
+// "commit <topic>" (Commit, for pcon.Config.OnCommit) with an event per
+// partition committed.
 //
 // The older attribute names (semantic conventions up to v1.25) are added
 // when OTEL_SEMCONV_STABILITY_OPT_IN contains messaging/dup.
@@ -226,6 +228,55 @@ func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 		}
 		end(span, err)
 		return err
+	}
+}
+
+// Attributes of the commit span's partition events that the conventions do
+// not name: the offset committed is the next one to read, not a record's.
+const (
+	attrCommittedOffset = attribute.Key("messaging.kafka.commit.offset")
+	attrEpoch           = attribute.Key("pcon.assignment.epoch")
+	attrPartitions      = attribute.Key("pcon.commit.partitions")
+)
+
+// Commit returns the pcon.Config.OnCommit hook: a client span per offset
+// commit, "commit <topic>" ("commit" when it spans several topics), with
+// the conventions' settle operation, the number of partitions it commits
+// (pcon.commit.partitions) and an event "partition committed" per partition (its id, the offset
+// committed, the assignment epoch), ended when the coordinator answered,
+// with an error if pcon learned it refused the commit. A commit belongs to
+// no record's trace (it settles many, often of many traces), so its span
+// is a root: parent-based sampling samples it as it samples new requests.
+func Commit(o Options) func(group string, offsets []pcon.PartitionEvent) func(error) {
+	t := newTracer(o)
+	return func(_ string, offsets []pcon.PartitionEvent) func(error) {
+		topic := ""
+		for i, p := range offsets {
+			if i == 0 {
+				topic = p.Topic
+			} else if p.Topic != topic {
+				topic = ""
+				break
+			}
+		}
+		name := "commit"
+		if topic != "" {
+			name += " " + topic
+		}
+		attrs := append([]attribute.KeyValue{semconv.MessagingOperationName("commit"), semconv.MessagingOperationTypeSettle,
+			attrPartitions.Int(len(offsets))}, t.common...)
+		if topic != "" {
+			attrs = append(attrs, semconv.MessagingDestinationName(topic))
+		}
+		_, span := t.tr.Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+		if span.IsRecording() {
+			for _, p := range offsets {
+				span.AddEvent("partition committed", trace.WithAttributes(semconv.MessagingDestinationName(p.Topic),
+					semconv.MessagingDestinationPartitionID(strconv.Itoa(int(p.Partition))), attrCommittedOffset.Int64(p.Offset),
+					attrEpoch.Int64(int64(p.Epoch)))) //nolint:gosec // an assignment epoch counts rebalances, far below 2^63
+			}
+		}
+		return func(err error) { end(span, err) }
 	}
 }
 

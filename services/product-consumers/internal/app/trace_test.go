@@ -86,6 +86,11 @@ func TestTraceOfEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// The order group's offset commits are spans of their own, the last
+	// one (on the way out) at least.
+	if n := len(telemetrytest.Ended(telemetrytest.Named("commit " + orderTopic))); n == 0 {
+		t.Error("no commit span of the order topic")
+	}
 
 	// shape is a process span's children's names and its events' names.
 	type shape struct{ Children, Events []string }

@@ -243,3 +243,101 @@ func TestDeadLetterKeepsTheContext(t *testing.T) {
 		t.Errorf("spans (-want +got):\n%s", diff)
 	}
 }
+
+// TestCommitSpans: every offset commit is a root client span "commit
+// <topic>" with an event per partition it commits (no partition twice),
+// as many as its pcon.commit.partitions says; the last event of each
+// partition, over the spans in the order they ended, names the offset the
+// broker holds for the group once the consumer has closed.
+func TestCommitSpans(t *testing.T) {
+	t.Parallel()
+	tr := newTraced(t)
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	tr.produce(t, keys, map[string]string{"traceparent": "traceparent"})
+	opts := pcontrace.Options{Group: "g", TracerProvider: tr.tp}
+	cfg := tr.config("commit")
+	cfg.OnCommit = pcontrace.Commit(opts)
+	var (
+		mu      sync.Mutex
+		handled = map[string]bool{}
+		done    = make(chan struct{})
+	)
+	h := pcontrace.RecordHandler(func(_ context.Context, r *pcon.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[string(r.Value)] = true
+		if len(handled) == len(keys) && done != nil {
+			// Let a periodic commit or two pass before the final one.
+			all := done
+			time.AfterFunc(200*time.Millisecond, func() { close(all) })
+			done = nil
+		}
+		return nil
+	}, opts)
+	run(t, cfg, h, done)
+
+	last := map[int32]int64{} // partition → offset of its last commit event
+	commits := 0
+	for _, s := range tr.recorder.Ended() {
+		if !strings.HasPrefix(s.Name(), "commit") {
+			continue
+		}
+		commits++
+		if s.Name() != "commit "+tr.topic || s.SpanKind() != trace.SpanKindClient || s.Parent().IsValid() {
+			t.Errorf("commit span %q kind %s parent %v: want a root client span named after the topic", s.Name(), s.SpanKind(), s.Parent().SpanID())
+		}
+		var partitions int64
+		for _, kv := range s.Attributes() {
+			if kv.Key == "pcon.commit.partitions" {
+				partitions = kv.Value.AsInt64()
+			}
+		}
+		seen := map[int32]bool{}
+		for _, e := range s.Events() {
+			var p, off int64 = -1, -1
+			for _, kv := range e.Attributes {
+				switch kv.Key {
+				case "messaging.destination.partition.id":
+					fmt.Sscan(kv.Value.AsString(), &p) //nolint:errcheck // a missing id stays -1, reported below
+				case "messaging.kafka.commit.offset":
+					off = kv.Value.AsInt64()
+				}
+			}
+			if e.Name != "partition committed" || p < 0 || off < 0 || seen[int32(p)] {
+				t.Errorf("%s: event %q partition %d offset %d (seen before: %t)", s.Name(), e.Name, p, off, seen[int32(p)])
+				continue
+			}
+			seen[int32(p)] = true
+			last[int32(p)] = off
+		}
+		if int64(len(s.Events())) != partitions || partitions == 0 {
+			t.Errorf("%s: %d events for %d partitions", s.Name(), len(s.Events()), partitions)
+		}
+	}
+	if commits == 0 {
+		t.Fatal("no commit span")
+	}
+
+	admin, err := sarama.NewClusterAdmin(tr.k.Brokers, kafka.Settings{}.Config("pcontrace-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	resp, err := admin.ListConsumerGroupOffsets(cfg.Group, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := map[int32]int64{}
+	for p, b := range resp.Blocks[tr.topic] {
+		if b.Err == sarama.ErrNoError && b.Offset >= 0 {
+			broker[p] = b.Offset
+		}
+	}
+	if diff := cmp.Diff(broker, last); diff != "" {
+		t.Errorf("committed offset by partition, the broker's vs the last commit span's (-broker +spans):\n%s", diff)
+	}
+	t.Logf("%d commit spans; committed %v", commits, broker)
+}
