@@ -18,7 +18,8 @@ import (
 // this process, likes a product, and reads the trace back: the request's
 // server span, its one create span, whose context the like's record
 // carried to the like consumer, whose process span links to it, with the
-// aggregate's transaction under that. The record's traceparent and
+// aggregate's transaction under that. The relay's outbox wait and the
+// consumer's wait between fetch and handler are under the create span. The record's traceparent and
 // ce_traceparent are the stored column's, the create span's. It logs the
 // trace with its durations.
 func TestTraceOfALike(t *testing.T) {
@@ -79,6 +80,18 @@ func TestTraceOfALike(t *testing.T) {
 	}
 	if got := children(spans, process[0]); !slices.ContainsFunc(got, func(c telemetrytest.Span) bool { return c.Name == "aggregate likes" }) {
 		t.Errorf("the process span's children %+v lack the aggregate's transaction", got)
+	}
+	// The like's wait between its fetch and its handler is in the request's
+	// trace, under the create span, beside the relay's outbox wait.
+	var under []string
+	for _, c := range children(spans, create) {
+		if c.Service != "commerce-api" { // its statement, WITH
+			under = append(under, c.Service+": "+c.Name)
+		}
+	}
+	slices.Sort(under)
+	if want := []string{"outbox-relay: outbox wait like-events", "product-consumers: wait " + s.topic("like-events")}; !cmp.Equal(want, under) {
+		t.Errorf("spans under the create span: %v, want %v", under, want)
 	}
 	// The record carries the stored context unchanged, in both header
 	// forms, and is still what the contract says.

@@ -11,7 +11,10 @@
 // (Options.Parent). Each dead-letter publish is a producer span
 // "send <topic>.DLT" linked to the record's context; the dead-lettered
 // record keeps its headers, so a re-driven record's processing links to the
-// original creation context again. Each offset commit is a client span
+// original creation context again. A record's wait between its fetch and
+// its handler's start (behind its key, on a hot key) is a span "wait
+// <topic>", a child of its creation context, when that is sampled
+// (wait.go). Each offset commit is a client span
 // "commit <topic>" (Commit, for pcon.Config.OnCommit) with an event per
 // partition committed.
 //
@@ -25,6 +28,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,6 +55,10 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Propagator reads the records' context; default W3C Trace Context.
 	Propagator propagation.TextMapPropagator
+	// NoWait leaves out the wait spans: a span "wait <topic>" per record
+	// with a sampled creation context, its child, from the record's fetch
+	// to its handler's start (the wait behind its key), made by default.
+	NoWait bool
 }
 
 // tracer is what the wrappers share.
@@ -59,6 +67,7 @@ type tracer struct {
 	tr     trace.Tracer
 	common []attribute.KeyValue // system and group
 	dup    bool                 // OTEL_SEMCONV_STABILITY_OPT_IN has messaging/dup
+	waited waited               // the failed records whose wait span was emitted
 }
 
 func newTracer(o Options) *tracer {
@@ -176,9 +185,12 @@ func end(span trace.Span, err error) {
 func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 	t := newTracer(o)
 	return func(ctx context.Context, r *pcon.Record) error {
+		start := time.Now()
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(append(t.operation("process", r.Topic), t.recordAttrs(r)...)...)}
+		waited := false
 		if sc := t.context(r); sc.IsValid() {
+			waited = t.wait(sc, r, start)
 			if t.o.Parent {
 				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 			} else {
@@ -188,6 +200,9 @@ func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 		ctx, span := t.tr.Start(ctx, "process "+r.Topic, opts...)
 		err := h(ctx, r)
 		end(span, err)
+		if err != nil && waited {
+			t.waited.failed(r)
+		}
 		return err
 	}
 }
@@ -199,7 +214,9 @@ func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 	t := newTracer(o)
 	return func(ctx context.Context, rs []*pcon.Record) error {
+		start := time.Now()
 		links := make([]trace.Link, 0, len(rs))
+		var waited []*pcon.Record
 		topic := ""
 		for i, r := range rs {
 			if i == 0 {
@@ -209,6 +226,9 @@ func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 			}
 			if sc := t.context(r); sc.IsValid() {
 				links = append(links, trace.Link{SpanContext: sc, Attributes: t.recordAttrs(r)})
+				if t.wait(sc, r, start) {
+					waited = append(waited, r)
+				}
 			}
 		}
 		name := "process"
@@ -227,6 +247,11 @@ func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 			}
 		}
 		end(span, err)
+		if err != nil {
+			// Which records come again is pcon's to decide (a failed one
+			// and its key's later ones): note them all.
+			t.waited.failed(waited...)
+		}
 		return err
 	}
 }
