@@ -19,9 +19,9 @@ import (
 // server span, its one create span, whose context the like's record
 // carried to the like consumer, whose process span links to it, with the
 // aggregate's transaction under that. The relay's outbox wait and the
-// consumer's wait between fetch and handler are under the create span. The record's traceparent and
-// ce_traceparent are the stored column's, the create span's. It logs the
-// trace with its durations.
+// consumer's wait between fetch and handler are under the create span. The
+// record's traceparent and ce_traceparent are the stored column's, the
+// create span's. It logs the trace with its durations.
 func TestTraceOfALike(t *testing.T) {
 	t.Parallel()
 	rcv := telemetrytest.NewReceiver(t)
