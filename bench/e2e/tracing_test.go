@@ -4,6 +4,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestParseSamplings(t *testing.T) {
@@ -43,5 +48,31 @@ func TestSamplingEnv(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, sampling{ratio: 0.01}.env("http://127.0.0.1:1")); diff != "" {
 		t.Errorf("1 %% (-want +got):\n%s", diff)
+	}
+}
+
+func TestCountSpans(t *testing.T) {
+	t.Parallel()
+	spans := func(n int) []*tracepb.Span {
+		out := make([]*tracepb.Span, n)
+		for i := range out {
+			out[i] = &tracepb.Span{Name: "s", TraceId: make([]byte, 16), SpanId: make([]byte, 8), Attributes: []*commonpb.KeyValue{{Key: "k"}}}
+		}
+		return out
+	}
+	req := &collectortrace.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{
+		{Resource: &resourcepb.Resource{Attributes: []*commonpb.KeyValue{{Key: "service.name"}}},
+			ScopeSpans: []*tracepb.ScopeSpans{{Scope: &commonpb.InstrumentationScope{Name: "a"}, Spans: spans(3)}, {Spans: spans(1)}}},
+		{ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans(2)}}, SchemaUrl: "x"},
+	}}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := countSpans(b); n != 6 || err != nil {
+		t.Errorf("countSpans: %d, %v; want 6", n, err)
+	}
+	if _, err := countSpans(b[:len(b)-3]); err == nil {
+		t.Error("countSpans of a truncated request: no error")
 	}
 }
