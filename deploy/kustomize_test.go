@@ -781,3 +781,37 @@ func TestDeployReadme(t *testing.T) {
 		t.Error("deploy/README.md does not point at the example overlay")
 	}
 }
+
+// TestKustomizeTelemetry: every service takes its tracing set-up from the
+// ConfigMap commerce-pipeline-telemetry: 1 % of new requests sampled,
+// parent-based. The base names no OTLP endpoint (tracing off); the example
+// overlay names a collector's, the same for every service.
+func TestKustomizeTelemetry(t *testing.T) {
+	t.Parallel()
+	const endpoint = "http://otel-collector.observability.svc:4318"
+	for _, tc := range []struct {
+		dir, endpoint string
+	}{
+		{"deploy/k8s/base", ""},
+		{"deploy/k8s/overlays/example", endpoint},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			t.Parallel()
+			r := render(t, tc.dir)
+			got := map[string][3]string{}
+			want := map[string][3]string{}
+			for svc := range adminVar {
+				pod, ok := r.pods()[svc]
+				if !ok {
+					t.Fatalf("no %s", svc)
+				}
+				env := containerEnv(t, r, pod.Spec.Containers[0])
+				got[svc] = [3]string{env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"]}
+				want[svc] = [3]string{tc.endpoint, "parentbased_traceidratio", "0.01"}
+			}
+			if diff := cmpDiff(want, got); diff != "" {
+				t.Errorf("endpoint, sampler and its argument by service (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -18,13 +18,14 @@ import (
 // this process, likes a product, and reads the trace back: the request's
 // server span, its one create span, whose context the like's record
 // carried to the like consumer, whose process span links to it, with the
-// aggregate's transaction under that. The record's traceparent and
-// ce_traceparent are the stored column's, the create span's. It logs the
-// trace with its durations.
+// aggregate's transaction under that. The relay's outbox wait and the
+// consumer's wait between fetch and handler are under the create span. The
+// record's traceparent and ce_traceparent are the stored column's, the
+// create span's. It logs the trace with its durations.
 func TestTraceOfALike(t *testing.T) {
 	t.Parallel()
 	rcv := telemetrytest.NewReceiver(t)
-	otel := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+	otel := exportingTo(rcv)
 	s := newSystemOn(t, kafkaSetup{ServiceEnv: map[string]map[string]string{
 		"commerce-api": otel, "outbox-relay": otel, "product-consumers": otel,
 	}})
@@ -80,6 +81,18 @@ func TestTraceOfALike(t *testing.T) {
 	if got := children(spans, process[0]); !slices.ContainsFunc(got, func(c telemetrytest.Span) bool { return c.Name == "aggregate likes" }) {
 		t.Errorf("the process span's children %+v lack the aggregate's transaction", got)
 	}
+	// The like's wait between its fetch and its handler is in the request's
+	// trace, under the create span, beside the relay's outbox wait.
+	var under []string
+	for _, c := range children(spans, create) {
+		if c.Service != "commerce-api" { // its statement, WITH
+			under = append(under, c.Service+": "+c.Name)
+		}
+	}
+	slices.Sort(under)
+	if want := []string{"outbox-relay: outbox wait like-events", "product-consumers: wait " + s.topic("like-events")}; !cmp.Equal(want, under) {
+		t.Errorf("spans under the create span: %v, want %v", under, want)
+	}
 	// The record carries the stored context unchanged, in both header
 	// forms, and is still what the contract says.
 	stored := telemetrytest.StoredTraceParent(t, s.dbURL, "loopers.like.created.v1")
@@ -102,6 +115,16 @@ func TestTraceOfALike(t *testing.T) {
 	for _, pr := range process {
 		logTree(t, spans, pr, "  ")
 	}
+}
+
+// exportingTo is the environment of a service that traces to rcv, every
+// 100 ms instead of every 5 s, with extra.
+func exportingTo(rcv *telemetrytest.Receiver, extra ...string) map[string]string {
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.URL, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
 }
 
 // children returns the spans whose parent is p.

@@ -38,6 +38,14 @@
 // of a hot product's views and likes straight into the outbox to clock the
 // relay and the consumers alone, past what the API takes on a small machine.
 //
+// The tracing mode measures what OpenTelemetry tracing costs: for each
+// set-up of -tracing (off, the baseline, then 1 % and 100 % of the roots
+// sampled) a fresh stack whose services export their spans over OTLP to a
+// sink in this process, the mixed load at each of -tracing-rates (500 and
+// 1,000 requests/s), and one table of the API's and the end to end's p50
+// and p99 and the pipeline's CPU per request, each set-up beside tracing
+// off. It runs last: it stops the stack the other modes share.
+//
 // The load generator runs on the same machine: past the rate where the
 // machine's cores are busy, the rate reached says as much about it as about
 // the pipeline. -pprof keeps each service's CPU profile of every window
@@ -45,6 +53,7 @@
 //
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e -rates 250,500 -duration 5s -warmup 5s -hot-duration 3s -burst 5000 -png /tmp/curve.png
+//	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e -modes tracing -tracing-rates 50 -duration 2s -warmup 0 -nodes 1 -png ""   # the tracing mode, quickly
 //	eval "$(scripts/testenv.sh kafka)" && go run ./bench/e2e -rates 50 -growth 1 -duration 2s -warmup 0 -hot-rate 50 -hot-duration 2s -burst 500 -png ""   # a quick check that it runs
 package main
 
@@ -57,6 +66,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -98,11 +108,14 @@ type options struct {
 	pprof       string
 	keep        bool
 	nodes       string
+	// tracing mode: the set-ups, tracing off first, and the rates.
+	tracing      string
+	tracingRates []int
 }
 
 func main() {
 	var o options
-	var rates string
+	var rates, tracingRates string
 	flag.StringVar(&rates, "rates", "250,500,1000,2000", "request rates of the curve, in order; after the last, rates grow by -growth until the pipeline saturates")
 	flag.Float64Var(&o.growth, "growth", 1.5, "factor between the rates after the last of -rates (1 stops after -rates)")
 	flag.IntVar(&o.maxRate, "max-rate", 50_000, "the curve stops after this rate even if it has not saturated")
@@ -112,7 +125,9 @@ func main() {
 	flag.IntVar(&o.hotRate, "hot-rate", 1000, "requests per second on the hot product")
 	flag.DurationVar(&o.hotDuration, "hot-duration", 20*time.Second, "how long to send requests to the hot product")
 	flag.IntVar(&o.burst, "burst", 50_000, "events of the hot product written straight into the outbox (0 skips)")
-	flag.StringVar(&o.modes, "modes", "curve,hot", "modes to run: curve (-rates 500 -growth 1 for the one rate of before; mixed is its old name), hot")
+	flag.StringVar(&o.modes, "modes", "curve,hot,tracing", "modes to run: curve (-rates 500 -growth 1 for the one rate of before; mixed is its old name), hot, tracing (last: it replaces the shared stack)")
+	flag.StringVar(&o.tracing, "tracing", "off,0.01,1", "tracing mode: the set-ups to compare, off (the baseline, first) and sampling ratios, each on a fresh stack exporting to a span sink in this process")
+	flag.StringVar(&tracingRates, "tracing-rates", "500,1000", "tracing mode: the request rates each set-up is measured at")
 	flag.DurationVar(&o.warmup, "warmup", 20*time.Second, "how long to send requests, at -warmup-rate, to a product of its own before measuring (0 skips)")
 	flag.IntVar(&o.warmupRate, "warmup-rate", 500, "requests per second of the warm-up")
 	flag.StringVar(&o.png, "png", "docs/img/latency-curve.png", "where to draw the curve, relative to the module root unless absolute (empty: no figure)")
@@ -120,13 +135,18 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the services' logs, and say where")
 	flag.StringVar(&o.nodes, "nodes", benchkit.DefaultNodes, "cluster sizes to run on, in turn, each a fresh cluster and stack (KAFKA=real): three nodes, one node's figures beside; the first size's curve is -png, the others' beside it (-1node)")
 	flag.Parse()
-	for f := range strings.SplitSeq(rates, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r <= 0 {
-			fmt.Fprintf(os.Stderr, "bench/e2e: -rates: %q is not a positive integer\n", f)
-			os.Exit(2)
+	for _, l := range []struct {
+		name, v string
+		to      *[]int
+	}{{"rates", rates, &o.rates}, {"tracing-rates", tracingRates, &o.tracingRates}} {
+		for f := range strings.SplitSeq(l.v, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || r <= 0 {
+				fmt.Fprintf(os.Stderr, "bench/e2e: -%s: %q is not a positive integer\n", l.name, f)
+				os.Exit(2)
+			}
+			*l.to = append(*l.to, r)
 		}
-		o.rates = append(o.rates, r)
 	}
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/e2e:", err)
@@ -243,10 +263,12 @@ func runOn(ctx context.Context, o options, kind string, n int, png, root string,
 	defer kb.stop()
 	fmt.Printf("broker: %s, %s; KAFKA=%s, %s, up in %s\n", kb.version, benchkit.ClusterLabel(n), kind, kb.brokers, kb.started.Round(100*time.Millisecond))
 
-	pipe, err := bins.StartPipeline(ctx, stack.PipelineOptions{
-		Env:  map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "KAFKA_BROKERS": kb.brokers},
-		Logs: logs,
-	})
+	start := func(extra map[string]string, logs string) (*stack.Pipeline, error) {
+		env := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": redisURL, "KAFKA_BROKERS": kb.brokers}
+		maps.Copy(env, extra)
+		return bins.StartPipeline(ctx, stack.PipelineOptions{Env: env, Logs: logs})
+	}
+	pipe, err := start(nil, logs)
 	if err != nil {
 		return err
 	}
@@ -298,8 +320,13 @@ func runOn(ctx context.Context, o options, kind string, n int, png, root string,
 		if seen[mode] {
 			return fmt.Errorf("mode %q twice", mode)
 		}
+		if seen["tracing"] {
+			return fmt.Errorf("mode %q after tracing, which stops the shared stack: put tracing last", mode)
+		}
 		seen[mode] = true
 		switch mode {
+		case "tracing":
+			errs = append(errs, b.tracing(ctx, o, start, logs))
 		case "curve", "mixed":
 			errs = append(errs, b.curve(ctx, o, root))
 		case "hot":

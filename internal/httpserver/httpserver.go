@@ -102,7 +102,10 @@ func Ops(mux interface {
 }, reg *prometheus.Registry, checks map[string]Check, opts ...OpsOption) {
 	mux.Handle("/healthz", readOnly(http.HandlerFunc(healthz)))
 	mux.Handle("/readyz", readOnly(readyz(checks, true, opts)))
-	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
+	// OpenMetrics to a scraper that asks for it (Prometheus does): the
+	// only exposition format that carries exemplars, the trace ids on the
+	// stage histograms (internal/stages).
+	mux.Handle("/metrics", readOnly(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})))
 	// Go's profiles, for the operators who can reach this listener: where
 	// a node's CPU and memory go under real load (`go tool pprof
 	// http://<admin>/debug/pprof/profile?seconds=30`).

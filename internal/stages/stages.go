@@ -19,6 +19,10 @@
 // (event_stage_seconds{stage,type}) and to a window that the cluster
 // registry's heartbeat takes and publishes in PostgreSQL, where processes
 // that cannot scrape each other (the live page's commerce-api) read them.
+// An observation of an event whose trace was sampled (ObserveTraced)
+// carries the trace's id as the histogram's exemplar (label trace_id),
+// which the admin listener's /metrics serves to a scraper that asks for
+// OpenMetrics: from a latency bucket to one of its traces.
 package stages
 
 import (
@@ -30,6 +34,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The stages, in the order an event passes them.
@@ -96,6 +101,20 @@ func NewRecorder(reg prometheus.Registerer, types []string, stages ...string) (*
 // (clocks that disagree) counts as 0. A stage the Recorder was not made for
 // is ignored.
 func (r *Recorder) Observe(stage, eventType string, d time.Duration) {
+	r.ObserveTraced(stage, eventType, d, trace.SpanContext{})
+}
+
+// ExemplarLabel is the exemplar label holding the trace id, the name
+// Prometheus's and Grafana's trace links look for by default.
+const ExemplarLabel = "trace_id"
+
+// ObserveTraced is Observe for an event whose trace context is sc (the
+// context its writer stored, which the record carries): when sc is valid
+// and sampled, the observation is the histogram's exemplar, labelled with
+// the trace id; otherwise it is a plain observation. Prometheus keeps the
+// latest exemplar per bucket, so each bucket links to a recent trace that
+// landed in it.
+func (r *Recorder) ObserveTraced(stage, eventType string, d time.Duration, sc trace.SpanContext) {
 	byType, ok := r.obs[stage]
 	if !ok {
 		return
@@ -105,7 +124,11 @@ func (r *Recorder) Observe(stage, eventType string, d time.Duration) {
 		o = byType[OtherType]
 	}
 	s := max(d, 0).Seconds()
-	o.Observe(s)
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && sc.IsSampled() && sc.IsValid() {
+		eo.ObserveWithExemplar(s, prometheus.Labels{ExemplarLabel: sc.TraceID().String()})
+	} else {
+		o.Observe(s)
+	}
 	r.mu.Lock()
 	w := r.win[stage]
 	if w == nil {

@@ -152,6 +152,22 @@ type Config struct {
 	// headers whatever the hook does.
 	OnDeadLetter func(r *Record, dlt string) (done func(error))
 
+	// OnCommit, when set, is called before pcon sends the group
+	// coordinator a commit (the periodic one every CommitInterval, the
+	// last one when partitions are released, one again with shorter
+	// metadata after the broker refused it), from the goroutine that
+	// commits, with the group and the offsets marked since the previous
+	// commit, in topic and partition order (each PartitionEvent's Epoch and
+	// Offset: the offset committed, the next to read); a commit that
+	// changes nothing sends no request and calls nothing. The function it
+	// returns, when not nil, is called once the request has returned, with
+	// an error wrapping ErrCommitRefused when pcon has learned by then that
+	// the broker refused some of it (a refusal reported later shows as the
+	// commit made again). The commit waits for both calls: they must
+	// return quickly. It is how a tracing package (pcontrace) adds a span
+	// per commit without pcon depending on one.
+	OnCommit func(group string, offsets []PartitionEvent) (done func(error))
+
 	// InstanceID makes this Consumer a static member of the group (KIP-345):
 	// a member restarted with the same InstanceID within the session
 	// timeout gets its partitions back without a rebalance of the others.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,12 @@ var ErrHandlerTimeout = engine.ErrTimeout
 // ErrKeyQueueFull is the error recorded for a record refused because its
 // key's queue was full, under the DeadLetter overflow policy.
 var ErrKeyQueueFull = core.ErrKeyQueueFull
+
+// ErrCommitRefused is what Config.OnCommit's done function is given
+// (wrapped, naming the partitions) for a commit the broker refused: its
+// metadata was longer than the broker's offset.metadata.max.bytes. pcon
+// commits the offsets again with less metadata.
+var ErrCommitRefused = errors.New("pcon: commit refused: metadata too large")
 
 // ErrAlreadyRunning is returned by Run on a Consumer that is running or ran.
 var ErrAlreadyRunning = errors.New("pcon: Run called twice")
@@ -325,6 +332,24 @@ func (c *Consumer) noteRefusal(tp engine.TP) {
 		c.refused = make(map[engine.TP]bool)
 	}
 	c.refused[tp] = true
+}
+
+// refusedAmong reports, for Config.OnCommit, the partitions of offsets
+// whose refusal noteRefusal has noted and the committer not yet handled:
+// an error wrapping ErrCommitRefused that names them, or nil.
+func (c *Consumer) refusedAmong(offsets []PartitionEvent) error {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	var names []string
+	for _, o := range offsets {
+		if c.refused[engine.TP{Topic: o.Topic, Partition: o.Partition}] {
+			names = append(names, o.Topic+"/"+strconv.Itoa(int(o.Partition)))
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrCommitRefused, strings.Join(names, ", "))
 }
 
 // takeRefusals returns the partitions noted by noteRefusal since the last

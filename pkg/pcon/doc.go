@@ -204,7 +204,8 @@
 // pcon itself imports no tracing library. Package pcontrace traces a
 // Consumer with OpenTelemetry from outside: it wraps the handler given to
 // New (a span per call, linked to each record's creation context) and
-// supplies Config.OnDeadLetter (a span per dead-letter publish).
+// supplies Config.OnDeadLetter (a span per dead-letter publish) and
+// Config.OnCommit (a span per offset commit).
 //
 // # Goroutines and concurrency
 //

@@ -1,8 +1,11 @@
 package pcon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,11 +26,14 @@ type groupHandler struct {
 	// Per session; written in Setup, read by the claim goroutines sarama
 	// starts after Setup returns.
 	meta     map[engine.TP]string
-	commitMu sync.Mutex // orders periodic commits with revoke commits; guards marked and final
+	commitMu sync.Mutex // orders periodic commits with revoke commits; guards marked, final and reported
 	// marked is the last commit marked of each partition, final the one
 	// marked when it was revoked.
-	marked     map[engine.TP]core.Commit
-	final      map[engine.TP]core.Commit
+	marked map[engine.TP]core.Commit
+	final  map[engine.TP]core.Commit
+	// reported is the last commit of each partition told to
+	// Config.OnCommit.
+	reported   map[engine.TP]core.Commit
 	stopCommit chan struct{}
 	committer  sync.WaitGroup
 }
@@ -36,6 +42,7 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	h.meta = h.fetchMetadata(sess.Claims())
 	h.marked = make(map[engine.TP]core.Commit)
 	h.final = make(map[engine.TP]core.Commit)
+	h.reported = make(map[engine.TP]core.Commit)
 	h.c.takeRefusals() // of an earlier session, whose commits it confirmed
 	h.stopCommit = make(chan struct{})
 	h.committer.Add(1)
@@ -48,7 +55,10 @@ func (h *groupHandler) Setup(sess sarama.ConsumerGroupSession) error {
 func (h *groupHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	close(h.stopCommit)
 	h.committer.Wait()
-	sess.Commit()
+	h.commitMu.Lock()
+	changed := h.changedLocked()
+	h.commitMu.Unlock()
+	h.commit(sess, changed)
 	// The refusal of a final commit reaches the group's error channel only
 	// after the session, whose commit it was, has ended: every final commit
 	// that could be refused is confirmed.
@@ -152,7 +162,7 @@ func (h *groupHandler) confirm(sess sarama.ConsumerGroupSession, commits map[eng
 			mark(sess, cm)
 		}
 		if len(pending) > 0 {
-			sess.Commit()
+			h.commit(sess, h.changedLocked())
 		}
 	}
 }
@@ -171,8 +181,9 @@ func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
 				mark(sess, cm)
 				h.marked[cm.TP] = cm
 			}
+			changed := h.changedLocked()
 			h.commitMu.Unlock()
-			sess.Commit()
+			h.commit(sess, changed)
 			if refused := h.c.takeRefusals(); len(refused) > 0 {
 				// The answer does not say which commit it refused:
 				// confirm the last ones. If they landed, the refused
@@ -189,6 +200,42 @@ func (h *groupHandler) commitLoop(sess sarama.ConsumerGroupSession) {
 			}
 			h.refreshLogEnds()
 		}
+	}
+}
+
+// changedLocked returns, for Config.OnCommit, the commits marked since
+// the ones it was last told of, in topic and partition order, and notes
+// them as told; nil without the hook. Called with commitMu held.
+func (h *groupHandler) changedLocked() []PartitionEvent {
+	if h.c.cfg.OnCommit == nil {
+		return nil
+	}
+	var out []PartitionEvent
+	for tp, cm := range h.marked {
+		if prev, ok := h.reported[tp]; cm.Offset < 0 || ok && prev.Offset == cm.Offset && prev.Metadata == cm.Metadata {
+			continue // not marked (mark skips it), or committed already
+		}
+		h.reported[tp] = cm
+		out = append(out, PartitionEvent{Topic: tp.Topic, Partition: tp.Partition, Epoch: cm.Epoch, Offset: cm.Offset})
+	}
+	slices.SortFunc(out, func(a, b PartitionEvent) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
+
+// commit sends the coordinator what sess has marked, between the calls of
+// Config.OnCommit when changed has offsets. sarama sends no request when
+// nothing changed since its last commit.
+func (h *groupHandler) commit(sess sarama.ConsumerGroupSession, changed []PartitionEvent) {
+	if len(changed) == 0 {
+		sess.Commit()
+		return
+	}
+	done := h.c.cfg.OnCommit(h.c.cfg.Group, changed)
+	sess.Commit()
+	if done != nil {
+		done(h.c.refusedAmong(changed))
 	}
 }
 

@@ -11,7 +11,12 @@
 // (Options.Parent). Each dead-letter publish is a producer span
 // "send <topic>.DLT" linked to the record's context; the dead-lettered
 // record keeps its headers, so a re-driven record's processing links to the
-// original creation context again.
+// original creation context again. A record's wait between its fetch and
+// its handler's start (behind its key, on a hot key) is a span "wait
+// <topic>", a child of its creation context, when that is sampled
+// (wait.go). Each offset commit is a client span
+// "commit <topic>" (Commit, for pcon.Config.OnCommit) with an event per
+// partition committed.
 //
 // The older attribute names (semantic conventions up to v1.25) are added
 // when OTEL_SEMCONV_STABILITY_OPT_IN contains messaging/dup.
@@ -23,6 +28,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -49,6 +55,10 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Propagator reads the records' context; default W3C Trace Context.
 	Propagator propagation.TextMapPropagator
+	// NoWait leaves out the wait spans: a span "wait <topic>" per record
+	// with a sampled creation context, its child, from the record's fetch
+	// to its handler's start (the wait behind its key), made by default.
+	NoWait bool
 }
 
 // tracer is what the wrappers share.
@@ -57,6 +67,7 @@ type tracer struct {
 	tr     trace.Tracer
 	common []attribute.KeyValue // system and group
 	dup    bool                 // OTEL_SEMCONV_STABILITY_OPT_IN has messaging/dup
+	waited waited               // the failed records whose wait span was emitted
 }
 
 func newTracer(o Options) *tracer {
@@ -119,6 +130,19 @@ func (t *tracer) context(r *pcon.Record) trace.SpanContext {
 	return trace.SpanContextFromContext(t.o.Propagator.Extract(context.Background(), carrier(r.Headers)))
 }
 
+// RecordContext returns the creation context r carries in its W3C
+// traceparent and tracestate headers (or the CloudEvents ce_traceparent and
+// ce_tracestate), as the wrappers read it with the default propagator;
+// invalid when it carries none. A record without the headers costs a scan
+// of its header keys. For what is not a span: a metric's exemplar, a log
+// line's trace id.
+func RecordContext(r *pcon.Record) trace.SpanContext {
+	if len(r.Headers) == 0 {
+		return trace.SpanContext{}
+	}
+	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), carrier(r.Headers)))
+}
+
 // recordAttrs are the attributes that place r in its log.
 func (t *tracer) recordAttrs(r *pcon.Record) []attribute.KeyValue {
 	p := strconv.Itoa(int(r.Partition))
@@ -161,9 +185,12 @@ func end(span trace.Span, err error) {
 func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 	t := newTracer(o)
 	return func(ctx context.Context, r *pcon.Record) error {
+		start := time.Now()
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(append(t.operation("process", r.Topic), t.recordAttrs(r)...)...)}
+		waited := false
 		if sc := t.context(r); sc.IsValid() {
+			waited = t.wait(sc, r, start)
 			if t.o.Parent {
 				ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 			} else {
@@ -173,6 +200,9 @@ func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 		ctx, span := t.tr.Start(ctx, "process "+r.Topic, opts...)
 		err := h(ctx, r)
 		end(span, err)
+		if err != nil && waited {
+			t.waited.failed(r)
+		}
 		return err
 	}
 }
@@ -184,7 +214,9 @@ func RecordHandler(h pcon.RecordHandler, o Options) pcon.RecordHandler {
 func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 	t := newTracer(o)
 	return func(ctx context.Context, rs []*pcon.Record) error {
+		start := time.Now()
 		links := make([]trace.Link, 0, len(rs))
+		var waited []*pcon.Record
 		topic := ""
 		for i, r := range rs {
 			if i == 0 {
@@ -194,6 +226,9 @@ func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 			}
 			if sc := t.context(r); sc.IsValid() {
 				links = append(links, trace.Link{SpanContext: sc, Attributes: t.recordAttrs(r)})
+				if t.wait(sc, r, start) {
+					waited = append(waited, r)
+				}
 			}
 		}
 		name := "process"
@@ -212,7 +247,61 @@ func BatchHandler(h pcon.BatchHandler, o Options) pcon.BatchHandler {
 			}
 		}
 		end(span, err)
+		if err != nil {
+			// Which records come again is pcon's to decide (a failed one
+			// and its key's later ones): note them all.
+			t.waited.failed(waited...)
+		}
 		return err
+	}
+}
+
+// Attributes of the commit span's partition events that the conventions do
+// not name: the offset committed is the next one to read, not a record's.
+const (
+	attrCommittedOffset = attribute.Key("messaging.kafka.commit.offset")
+	attrEpoch           = attribute.Key("pcon.assignment.epoch")
+	attrPartitions      = attribute.Key("pcon.commit.partitions")
+)
+
+// Commit returns the pcon.Config.OnCommit hook: a client span per offset
+// commit, "commit <topic>" ("commit" when it spans several topics), with
+// the conventions' settle operation, the number of partitions it commits
+// (pcon.commit.partitions) and an event "partition committed" per partition (its id, the offset
+// committed, the assignment epoch), ended when the coordinator answered,
+// with an error if pcon learned it refused the commit. A commit belongs to
+// no record's trace (it settles many, often of many traces), so its span
+// is a root: parent-based sampling samples it as it samples new requests.
+func Commit(o Options) func(group string, offsets []pcon.PartitionEvent) func(error) {
+	t := newTracer(o)
+	return func(_ string, offsets []pcon.PartitionEvent) func(error) {
+		topic := ""
+		for i, p := range offsets {
+			if i == 0 {
+				topic = p.Topic
+			} else if p.Topic != topic {
+				topic = ""
+				break
+			}
+		}
+		name := "commit"
+		if topic != "" {
+			name += " " + topic
+		}
+		attrs := append([]attribute.KeyValue{semconv.MessagingOperationName("commit"), semconv.MessagingOperationTypeSettle,
+			attrPartitions.Int(len(offsets))}, t.common...)
+		if topic != "" {
+			attrs = append(attrs, semconv.MessagingDestinationName(topic))
+		}
+		_, span := t.tr.Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+		if span.IsRecording() {
+			for _, p := range offsets {
+				span.AddEvent("partition committed", trace.WithAttributes(semconv.MessagingDestinationName(p.Topic),
+					semconv.MessagingDestinationPartitionID(strconv.Itoa(int(p.Partition))), attrCommittedOffset.Int64(p.Offset),
+					attrEpoch.Int64(int64(p.Epoch)))) //nolint:gosec // an assignment epoch counts rebalances, far below 2^63
+			}
+		}
+		return func(err error) { end(span, err) }
 	}
 }
 

@@ -63,6 +63,11 @@ type Deps struct {
 	// bearer token and creating products needs the admin role. nil is
 	// header mode: the acting user is X-User-ID as sent.
 	Auth *auth.Verifier
+	// TraceUIURL, when set, is the trace UI's URL with {traceId} where a
+	// trace id goes: GET /api/v1/config gives it to the live page, which
+	// links each action it logs to the action's trace (the traceresponse
+	// header, internal/telemetry).
+	TraceUIURL string
 }
 
 type server struct {
@@ -71,6 +76,7 @@ type server struct {
 	log   *slog.Logger
 	hub   *stream.Hub
 	auth  *auth.Verifier // nil in header mode
+	trace string         // Deps.TraceUIURL
 }
 
 // NewHandler returns the service's public HTTP handler: the API under
@@ -84,7 +90,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream, auth: d.Auth}
+	s := &server{st: d.Store, cache: d.Cache, log: d.Logger, hub: d.Stream, auth: d.Auth, trace: d.TraceUIURL}
 	r := chi.NewRouter()
 	r.Use(m.middleware)
 	// Set before any route, so that every sub-router inherits them.

@@ -90,6 +90,9 @@ func (s *server) actor(r *http.Request, required bool) (string, error) {
 // and audience.
 type publicConfigJSON struct {
 	Auth authConfigJSON `json:"auth"`
+	// TraceURL links a trace: {traceId} in it is the trace's id. Absent
+	// while tracing is off or no trace UI is configured.
+	TraceURL string `json:"traceUrl,omitempty"`
 }
 
 type authConfigJSON struct {
@@ -107,5 +110,5 @@ func (s *server) publicConfig(w http.ResponseWriter, _ *http.Request) error {
 		a = authConfigJSON{Mode: string(auth.ModeJWT), Issuer: c.Issuer, Audience: c.Audience, AdminRole: c.AdminRole}
 	}
 	w.Header().Set("Cache-Control", "no-cache")
-	return writeJSON(w, http.StatusOK, publicConfigJSON{Auth: a})
+	return writeJSON(w, http.StatusOK, publicConfigJSON{Auth: a, TraceURL: s.trace})
 }

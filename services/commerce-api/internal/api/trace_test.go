@@ -19,7 +19,8 @@ import (
 // TestTraceOfALike: a like sent with a caller's traceparent is a server
 // span named by its route template, in the caller's trace; its outbox row
 // has exactly one create span under it, whose context the row stores, and
-// the statement writing the row is a database span under that.
+// the statement writing the row is a database span under that. The
+// response's traceresponse header names the server span.
 func TestTraceOfALike(t *testing.T) {
 	t.Parallel()
 	telemetrytest.Recorder()
@@ -34,7 +35,8 @@ func TestTraceOfALike(t *testing.T) {
 	sc := caller.SpanContext()
 	h := jsonHeaders(http.MethodPost, "alice", "")
 	h.Set("traceparent", fmt.Sprintf("00-%s-%s-01", sc.TraceID(), sc.SpanID()))
-	decode[likeBody](t, e.send(t, http.MethodPost, fmt.Sprintf("/api/v1/products/%d/likes", p), h, ""), http.StatusOK)
+	resp := e.send(t, http.MethodPost, fmt.Sprintf("/api/v1/products/%d/likes", p), h, "")
+	decode[likeBody](t, resp, http.StatusOK)
 
 	spans := telemetrytest.Ended(telemetrytest.InTrace(sc.TraceID()))
 	byParent := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
@@ -69,6 +71,7 @@ func TestTraceOfALike(t *testing.T) {
 		"create kind":     create.SpanKind().String(),
 		"stored":          stored,
 		"statement spans": len(byParent[create.SpanContext().SpanID()]),
+		"traceresponse":   resp.Header.Get("traceresponse"),
 	}
 	want := map[string]any{
 		"server":          []any{"POST /api/v1/products/{id}/likes", "server", "/api/v1/products/{id}/likes"},
@@ -76,6 +79,8 @@ func TestTraceOfALike(t *testing.T) {
 		"create kind":     "producer",
 		"stored":          fmt.Sprintf("00-%s-%s-01", create.SpanContext().TraceID(), create.SpanContext().SpanID()),
 		"statement spans": 1,
+		// The response names the server span, for the live page's link.
+		"traceresponse": fmt.Sprintf("00-%s-%s-01", server.SpanContext().TraceID(), server.SpanContext().SpanID()),
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("the like's trace (-want +got):\n%s", diff)

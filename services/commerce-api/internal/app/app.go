@@ -55,6 +55,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		Checks:         map[string]httpserver.Check{httpserver.DatabaseCheck: st.Ping},
 		RequestTimeout: cfg.RequestTimeout,
 		Cluster:        member,
+		TraceUIURL:     traceUI(cfg),
 	}
 	if cfg.RedisURL != "" {
 		c, err := productcache.Open(cfg.RedisURL, cfg.ProductCacheTTL)

@@ -38,6 +38,9 @@ type Config struct {
 	// X-User-ID as sent, for a gateway that sets it) or jwt (verified
 	// bearer tokens). See docs/security-api.md.
 	Auth auth.Config
+	// TraceUIURL (COMMERCE_API_TRACE_UI_URL) links the live page's actions
+	// to their traces while tracing is on: a URL with {traceId}.
+	TraceUIURL string
 }
 
 // renamed are the names the variables had before the naming scheme of
@@ -75,6 +78,7 @@ func Load(l *config.Loader) Config {
 		StreamMaxClients: l.PositiveInt("COMMERCE_API_STREAM_MAX_CLIENTS", 100),
 		Cluster:          cluster.Load(l, ""),
 		Auth:             auth.Load(l),
+		TraceUIURL:       loadTraceUIURL(l),
 	}
 	return c
 }

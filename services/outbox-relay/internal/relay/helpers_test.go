@@ -82,6 +82,7 @@ func testConfig(env *relaytest.Env, node string) Config {
 type node struct {
 	svc  *Service
 	logs *logBuffer
+	reg  *prometheus.Registry // the service's metrics
 }
 
 func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
@@ -110,11 +111,12 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := NewService(cfg, logger, st, pub, prometheus.NewRegistry(), member)
+	reg := prometheus.NewRegistry()
+	svc, err := NewService(cfg, logger, st, pub, reg, member)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &node{svc: svc, logs: logs}
+	return &node{svc: svc, logs: logs, reg: reg}
 }
 
 // leader starts an environment with one node that holds the lease, for tests

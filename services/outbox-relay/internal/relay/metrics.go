@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -73,10 +74,11 @@ func (m *Metrics) StageWindows() []stages.Window { return m.stages.Take() }
 
 // observe times a published row: the outbox stage from its insert to its
 // read, both on the database clock; the publish stage from the read being
-// sent to the acknowledgement, both on this process's clock.
-func (m *Metrics) observe(eventType string, outbox, publish time.Duration) {
-	m.stages.Observe(stages.Outbox, eventType, outbox)
-	m.stages.Observe(stages.Publish, eventType, publish)
+// sent to the acknowledgement, both on this process's clock. sc is the
+// row's stored trace context: a sampled one is the exemplar of both.
+func (m *Metrics) observe(eventType string, outbox, publish time.Duration, sc trace.SpanContext) {
+	m.stages.ObserveTraced(stages.Outbox, eventType, outbox, sc)
+	m.stages.ObserveTraced(stages.Publish, eventType, publish, sc)
 }
 
 // backlog measures the unpublished rows in the database on each scrape.

@@ -451,7 +451,7 @@ func (t *term) settle(o outcome) {
 	case err == nil:
 		e.state = published
 		delete(t.attempts, e.unit)
-		t.r.metrics.observe(e.row.EventType, e.readNow.Sub(e.row.CreatedAt), o.at.Sub(e.readSent))
+		t.r.metrics.observe(e.row.EventType, e.readNow.Sub(e.row.CreatedAt), o.at.Sub(e.readSent), rowContext(e.row))
 		if e.passed {
 			t.unhold(e)
 			t.res.Published++

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/telemetry"
 	"github.com/loopers/commerce-pipeline/internal/telemetry/telemetrytest"
@@ -147,6 +151,27 @@ func TestTraceThroughTheRelay(t *testing.T) {
 	slices.Sort(wantLinks)
 	if diff := cmp.Diff(wantLinks, links); diff != "" {
 		t.Errorf("the pass's send span links (-want +got):\n%s", diff)
+	}
+	// The outbox and publish stages of the two traced rows are exemplars
+	// with the request's trace id (the plain row, published in the same
+	// pass, is no exemplar: a bucket holding it and a traced row shows the
+	// trace, whichever came last, since Prometheus keeps one per bucket).
+	mux := http.NewServeMux()
+	httpserver.Ops(mux, n.reg, nil)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	got := map[string]string{}
+	for bucket, id := range telemetrytest.Exemplars(t, srv.URL+"/metrics") {
+		stage, _, _ := strings.Cut(bucket, " ")
+		if id == request.SpanContext().TraceID().String() {
+			got[stage] = id
+		} else {
+			t.Errorf("exemplar of %s: trace %s, not the request's", bucket, id)
+		}
+	}
+	wantEx := map[string]string{"outbox": request.SpanContext().TraceID().String(), "publish": request.SpanContext().TraceID().String()}
+	if diff := cmp.Diff(wantEx, got); diff != "" {
+		t.Errorf("the stages with the request's trace as an exemplar (-want +got):\n%s", diff)
 	}
 }
 

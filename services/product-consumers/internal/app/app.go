@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			OnAssigned:     assignedTo(member),
 			OnRevoked:      revokedFrom(member),
 			OnDeadLetter:   onDeadLetter,
+			OnCommit:       consumer.TracedCommit(group),
 		}, handler)
 		if err != nil {
 			return fmt.Errorf("consumer %s: %w", name, err)

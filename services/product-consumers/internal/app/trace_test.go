@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestTraceOfEvents(t *testing.T) {
 	forged := traced(f.message(t, "like-events", event(events.LikeCreatedV1{UserID: "u", ProductID: 1}), uuid.NewString()))
 	request.End()
 
-	_, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_GROUPS": "like,order"})
+	admin, done, stop := f.start(t, map[string]string{"PRODUCT_CONSUMERS_GROUPS": "like,order"})
 	linkedTo := func(sc trace.SpanContext, name string) []sdktrace.ReadOnlySpan {
 		return telemetrytest.Ended(func(s sdktrace.ReadOnlySpan) bool {
 			return s.Name() == name && slices.ContainsFunc(s.Links(), func(l sdktrace.Link) bool { return l.SpanContext.WithRemote(false).Equal(sc) })
@@ -66,9 +67,29 @@ func TestTraceOfEvents(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The order's stages are exemplars with its trace id, the request's,
+	// on the admin listener's /metrics; no exemplar names another trace.
+	stagesWithTrace := map[string]bool{}
+	for bucket, id := range telemetrytest.Exemplars(t, "http://"+admin+"/metrics") {
+		if id != request.SpanContext().TraceID().String() {
+			t.Errorf("exemplar of %s: trace %s, not the request's", bucket, id)
+		}
+		stage, rest, _ := strings.Cut(bucket, " ")
+		if typ, _, _ := strings.Cut(rest, " "); typ == paid.Type {
+			stagesWithTrace[stage] = true
+		}
+	}
+	if !stagesWithTrace["apply"] {
+		t.Errorf("the order's apply stage has no exemplar of its trace; stages with one: %v", stagesWithTrace)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	// The order group's offset commits are spans of their own, the last
+	// one (on the way out) at least.
+	if n := len(telemetrytest.Ended(telemetrytest.Named("commit " + orderTopic))); n == 0 {
+		t.Error("no commit span of the order topic")
 	}
 
 	// shape is a process span's children's names and its events' names.

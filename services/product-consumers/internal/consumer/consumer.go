@@ -17,6 +17,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/pkg/pcon"
+	"github.com/loopers/commerce-pipeline/pkg/pcon/pcontrace"
 	"github.com/loopers/commerce-pipeline/services/product-consumers/internal/store"
 )
 
@@ -113,15 +114,17 @@ func (h *Handlers) StageWindows() []stages.Window { return h.stages.Take() }
 // timed records the stages of a record of type typ whose effect committed
 // at done: broker from the record's timestamp (the producer's clock, to the
 // millisecond) to its fetch, and apply from the fetch to done, both on this
-// process's clock.
+// process's clock. A record whose creation context was sampled is the
+// exemplar of both, with its trace id.
 func (h *Handlers) timed(r *pcon.Record, typ string, done time.Time) {
 	if r.Received.IsZero() {
 		return
 	}
+	sc := pcontrace.RecordContext(r)
 	if !r.Timestamp.IsZero() {
-		h.stages.Observe(stages.Broker, typ, r.Received.Sub(r.Timestamp))
+		h.stages.ObserveTraced(stages.Broker, typ, r.Received.Sub(r.Timestamp), sc)
 	}
-	h.stages.Observe(stages.Apply, typ, done.Sub(r.Received))
+	h.stages.ObserveTraced(stages.Apply, typ, done.Sub(r.Received), sc)
 }
 
 // invalidate drops the cached pages of products whose aggregates a commit

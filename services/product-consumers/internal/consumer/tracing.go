@@ -53,6 +53,15 @@ func markOutcome(ctx context.Context, consumer string, applied, duplicates int) 
 	}
 }
 
+// TracedCommit returns the commit hook of group (a span per offset commit)
+// when tracing is on, nil otherwise.
+func TracedCommit(group string) func(string, []pcon.PartitionEvent) func(error) {
+	if !telemetry.Enabled() {
+		return nil
+	}
+	return pcontrace.Commit(pcontrace.Options{Group: group})
+}
+
 // Traced returns spec's handler traced by pcontrace (a process span per
 // call, linked to each record's creation context) and the dead-letter hook
 // of group (a send span per dead-lettered record), when tracing is on;

@@ -253,9 +253,32 @@ function drawChart() {
 
 // ---- actions ------------------------------------------------------------
 
-function log(text, bad) {
+// traceUrl is the trace UI's URL with {traceId} where a trace's id goes
+// (GET /api/v1/config), while the server traces; "" otherwise.
+let traceUrl = "";
+
+// traceOf reads the trace id from a response's traceresponse header
+// (00-<trace id>-<span id>-<flags>); "" when the request was not traced.
+function traceOf(r) {
+  const m = /^00-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$/.exec(r.headers.get("traceresponse") || "");
+  return m ? m[1] : "";
+}
+
+// log adds a line to the action log, with a link to the action's trace
+// when the server traced it and names a trace UI.
+function log(text, bad, traceId) {
   const li = document.createElement("li");
   li.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+  if (traceUrl && traceId) {
+    const a = document.createElement("a");
+    a.className = "trace";
+    a.href = traceUrl.replaceAll("{traceId}", traceId);
+    a.target = "_blank";
+    a.rel = "noopener";
+    a.textContent = "trace";
+    a.dataset.traceId = traceId;
+    li.append(" ", a);
+  }
   if (bad) li.className = "err";
   $("log").prepend(li);
   while ($("log").children.length > 30) $("log").lastChild.remove();
@@ -276,6 +299,7 @@ async function loadConfig() {
     if (!r.ok) return;
     const c = await r.json();
     if (c.auth && c.auth.mode === "jwt") useTokens(c.auth);
+    if (typeof c.traceUrl === "string" && /^https?:\/\//.test(c.traceUrl)) traceUrl = c.traceUrl;
   } catch (_) { /* header mode it is; the stream's status tells of a dead server */ }
 }
 
@@ -306,8 +330,12 @@ async function call(method, path, body) {
   const text = await r.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (_) { /* not JSON */ }
-  if (!r.ok) throw new Error(`${method} ${path} → ${r.status} ${data && data.detail ? data.detail : text}`);
-  log(`${method} ${path} → ${r.status}`);
+  if (!r.ok) {
+    const err = new Error(`${method} ${path} → ${r.status} ${data && data.detail ? data.detail : text}`);
+    err.traceId = traceOf(r);
+    throw err;
+  }
+  log(`${method} ${path} → ${r.status}`, false, traceOf(r));
   return data;
 }
 
@@ -333,7 +361,7 @@ $("actions").addEventListener("click", async (e) => {
   const action = e.target.dataset && e.target.dataset.action;
   if (!action) return;
   if (!$("actions").reportValidity()) return;
-  try { await actions[action](Number($("product").value)); } catch (err) { log(err.message, true); }
+  try { await actions[action](Number($("product").value)); } catch (err) { log(err.message, true, err.traceId); }
 });
 window.addEventListener("resize", drawChart);
 
