@@ -57,7 +57,7 @@ func wait(t *testing.T, done <-chan error) error {
 
 // refused reports whether nothing listens on addr any more.
 func refused(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+	c, err := (&net.Dialer{Timeout: time.Second}).DialContext(context.Background(), "tcp", addr)
 	if err == nil {
 		_ = c.Close()
 	}

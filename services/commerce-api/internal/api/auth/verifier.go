@@ -165,7 +165,8 @@ var (
 // to the parser) and tok's header names an alg outside Algorithms. The
 // header says so; the parser's error says it only in its text.
 func algRefused(tok *jwt.Token, err error) error {
-	if tok == nil || !(errors.Is(err, jwt.ErrTokenSignatureInvalid) || errors.Is(err, jwt.ErrTokenUnverifiable)) {
+	unchecked := errors.Is(err, jwt.ErrTokenSignatureInvalid) || errors.Is(err, jwt.ErrTokenUnverifiable)
+	if tok == nil || !unchecked {
 		return err
 	}
 	if alg, _ := tok.Header["alg"].(string); slices.Contains(Algorithms, alg) {
