@@ -125,6 +125,23 @@ func (n *node) lead(t *testing.T) {
 	}
 }
 
+// beforeAdvance makes f run before each of the node's cursor updates: it
+// stands for a process paused between publishing and confirming.
+func (n *node) beforeAdvance(f func()) {
+	n.svc.relay.cursor = hookedAdvance{next: n.svc.relay.cursor, before: f}
+}
+
+// hookedAdvance runs before ahead of each Advance of next.
+type hookedAdvance struct {
+	next   advancer
+	before func()
+}
+
+func (h hookedAdvance) Advance(ctx context.Context, f store.Fence, a store.Advance) error {
+	h.before()
+	return h.next.Advance(ctx, f, a)
+}
+
 // pass runs one pass directly, as the scheduler would.
 func (n *node) pass(t *testing.T) PassResult {
 	t.Helper()
