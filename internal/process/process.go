@@ -34,13 +34,14 @@ import (
 // a warning, the components still running.
 const DefaultSlowStop = 10 * time.Second
 
-// Process is one service process's shared parts. Build it with New; it is
-// not safe for concurrent use before Run.
+// Process is one service process's shared parts. Build it with New and call
+// its methods from one goroutine: the set-up, then Run, then Close.
 type Process struct {
 	// SlowStop is how long after the stop Run waits before it warns about
 	// the components that have not returned yet (and again each SlowStop
 	// after). Run still waits for them: a component that ignores its
-	// context holds the process up, and the warning says which.
+	// context holds the process up, and the warning says which. Zero or
+	// less means DefaultSlowStop.
 	SlowStop time.Duration
 
 	logger  *slog.Logger
@@ -129,7 +130,11 @@ func (p *Process) Run(ctx context.Context) error {
 		running[i] = true
 	}
 	// warn ticks once the stop began, until every component returned.
-	warn := time.NewTicker(p.SlowStop)
+	slowStop := p.SlowStop
+	if slowStop <= 0 {
+		slowStop = DefaultSlowStop
+	}
+	warn := time.NewTicker(slowStop)
 	warn.Stop()
 	defer warn.Stop()
 	var (
@@ -147,7 +152,7 @@ func (p *Process) Run(ctx context.Context) error {
 			stop()
 		case <-stopped:
 			stopped = nil
-			warn.Reset(p.SlowStop)
+			warn.Reset(slowStop)
 			slow = warn.C
 		case <-slow:
 			p.logger.Warn("components still running after the stop", "components", p.names(running))
