@@ -19,6 +19,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/puddle/v2 v2.2.3
 	github.com/loopers/commerce-pipeline/pkg/pcon v0.0.0-00010101000000-000000000000
 	github.com/loopers/commerce-pipeline/pkg/pcon/pconprom v0.0.0-00010101000000-000000000000
 	github.com/loopers/commerce-pipeline/pkg/pcon/pcontrace v0.0.0-00010101000000-000000000000
@@ -107,7 +108,6 @@ require (
 	github.com/hashicorp/go-uuid v1.0.3 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
 	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect
 	github.com/jcmturner/gofork v1.7.6 // indirect

@@ -172,7 +172,9 @@ func (m *Member) Leave() {
 }
 
 // Abandon stops the heartbeat without leaving, as a crash would (the node
-// turns SUSPECT, then DOWN), and closes the store.
+// turns SUSPECT, then DOWN), and closes the store. A Member never started
+// wrote nothing: Abandon only closes its store (a start-up that failed
+// after Join, process.Close).
 func (m *Member) Abandon() {
 	m.halt()
 	m.store.Close()

@@ -120,12 +120,24 @@ func (l *Loader) find(name string) (string, bool) {
 	return v, v != ""
 }
 
+// VarError is a problem with one variable; every error the Loader records
+// is one. Find it in Err's result with errors.As.
+type VarError struct {
+	Name string // the variable
+	Err  error  // what is wrong with its value
+}
+
+func (e *VarError) Error() string { return e.Name + ": " + e.Err.Error() }
+
+// Unwrap returns what is wrong with the value.
+func (e *VarError) Unwrap() error { return e.Err }
+
 // Failed reports whether a problem with the variable name was recorded, so
 // that a caller's own checks need not pile a second error on a value the
 // Loader refused already.
 func (l *Loader) Failed(name string) bool {
 	for _, err := range l.errs {
-		if strings.HasPrefix(err.Error(), name+": ") {
+		if ve := (*VarError)(nil); errors.As(err, &ve) && ve.Name == name {
 			return true
 		}
 	}
@@ -134,7 +146,7 @@ func (l *Loader) Failed(name string) bool {
 
 // Fail records a problem with a variable found by the caller's own checks.
 func (l *Loader) Fail(name, format string, args ...any) {
-	l.errs = append(l.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	l.errs = append(l.errs, &VarError{Name: name, Err: fmt.Errorf(format, args...)})
 }
 
 func (l *Loader) get(kind, name, def string, required bool, allowed ...string) (string, bool) {

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,5 +151,40 @@ func TestURLFromFile(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestErrorsNameTheirVariable: every problem recorded is a *VarError naming
+// its variable, and Failed goes by that name, not by the message's text.
+func TestErrorsNameTheirVariable(t *testing.T) {
+	t.Parallel()
+	l := config.New(config.FromMap(map[string]string{"N": "x", "D": "soon"}))
+	l.PositiveInt("N", 1)
+	l.Duration("D", time.Second)
+	l.Fail("C", "N: disagrees with %s", "D") // a message that starts like another variable's
+	joined, ok := l.Err().(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("Err() = %v, want the joined problems", l.Err())
+	}
+	var names []string
+	for _, err := range joined.Unwrap() {
+		var ve *config.VarError
+		if !errors.As(err, &ve) {
+			t.Fatalf("%v is not a *config.VarError", err)
+		}
+		if !strings.HasPrefix(err.Error(), ve.Name+": ") {
+			t.Errorf("%q does not start with its variable's name", err.Error())
+		}
+		names = append(names, ve.Name)
+	}
+	if diff := cmp.Diff([]string{"N", "D", "C"}, names); diff != "" {
+		t.Errorf("variables (-want +got):\n%s", diff)
+	}
+	failed := map[string]bool{}
+	for _, name := range []string{"N", "D", "C", "X", "C: N"} {
+		failed[name] = l.Failed(name)
+	}
+	if diff := cmp.Diff(map[string]bool{"N": true, "D": true, "C": true, "X": false, "C: N": false}, failed); diff != "" {
+		t.Errorf("Failed (-want +got):\n%s", diff)
 	}
 }

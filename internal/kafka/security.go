@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -152,6 +153,37 @@ func readCA(l *config.Loader, name, path string) []byte {
 	return b
 }
 
+// otherKey reports whether keyPEM holds a private key that parses (PKCS #1,
+// PKCS #8 or SEC 1, as tls.X509KeyPair reads them) but is not the one of
+// leaf's public key. tls.X509KeyPair says so only in its error's text.
+func otherKey(leaf *x509.Certificate, keyPEM []byte) bool {
+	for {
+		var block *pem.Block
+		block, keyPEM = pem.Decode(keyPEM)
+		if block == nil {
+			return false
+		}
+		if block.Type != "PRIVATE KEY" && !strings.HasSuffix(block.Type, " PRIVATE KEY") {
+			continue
+		}
+		var key any
+		var err error
+		if key, err = x509.ParsePKCS1PrivateKey(block.Bytes); err != nil {
+			if key, err = x509.ParsePKCS8PrivateKey(block.Bytes); err != nil {
+				if key, err = x509.ParseECPrivateKey(block.Bytes); err != nil {
+					return false
+				}
+			}
+		}
+		signer, ok := key.(crypto.Signer)
+		if !ok {
+			return false
+		}
+		pub, ok := signer.Public().(interface{ Equal(crypto.PublicKey) bool })
+		return ok && !pub.Equal(leaf.PublicKey)
+	}
+}
+
 // parseCertificates parses every block of a PEM file, which must all be
 // certificates. An error names a block's type, never its content (the block
 // may be a private key put in the wrong file).
@@ -211,7 +243,7 @@ func readKeyPair(l *config.Loader, role, certFile, keyFile string) (string, stri
 	}
 	// tls's errors are fixed sentences: none quotes the key.
 	if _, err := tls.X509KeyPair(cert, key); err != nil {
-		if strings.Contains(err.Error(), "does not match") {
+		if otherKey(chain[0], key) {
 			l.Fail(keyVar, "%s: the private key does not match the certificate of %s (%s)", keyFile, certVar, certFile)
 		} else {
 			l.Fail(keyVar, "%s: %v", keyFile, err)

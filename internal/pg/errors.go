@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // The sentinels driver errors map to. Match them with errors.Is; the driver's
@@ -100,8 +101,9 @@ func sentinel(err error) error {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		// database/sql (under gorm) reports a lost connection with these.
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		// pgx and its pool report these with errors.New only.
-		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "closed pool") {
+		// A connection pgx closed already (its lock error unwraps to
+		// this), and a pool closed under the caller.
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool) {
 		return ErrUnavailable
 	}
 	return nil

@@ -171,6 +171,58 @@ func TestMapErrConnectionLost(t *testing.T) {
 	}
 }
 
+// reworded is err under another text: a classification by errors.Is holds,
+// one by the text would not.
+type reworded struct{ err error }
+
+func (r reworded) Error() string { return "reworded" }
+func (r reworded) Unwrap() error { return r.err }
+
+// TestMapErrClosed: work on a connection or pool closed under the caller
+// is ErrUnavailable, recognised by the driver's sentinels whatever their
+// text.
+func TestMapErrClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	closedPool := func(t *testing.T) error {
+		db := open(t, pg.Options{})
+		db.Close()
+		_, err := db.Pool.Exec(ctx, `SELECT 1`)
+		return err
+	}
+	closedConn := func(t *testing.T) error {
+		conn, err := open(t, pg.Options{}).Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, `SELECT 1`)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		err  func(t *testing.T) error
+	}{
+		{"closed pool", closedPool},
+		{"closed connection", closedConn},
+		{"closed pool, reworded", func(t *testing.T) error { return reworded{closedPool(t)} }},
+		{"closed connection, reworded", func(t *testing.T) error { return reworded{closedConn(t)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.err(t)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := pg.MapErr(err); !errors.Is(got, pg.ErrUnavailable) {
+				t.Errorf("MapErr(%v) = %v, want ErrUnavailable", err, got)
+			}
+		})
+	}
+}
+
 func TestInTx(t *testing.T) {
 	t.Parallel()
 	db := open(t, pg.Options{})

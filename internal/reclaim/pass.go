@@ -157,7 +157,7 @@ func (r *Reclaimer) partition(ctx context.Context, topic, dlt string, p int32, o
 		if o.DryRun {
 			next = c.through
 		} else if c.commitTo > next {
-			committed, err := r.commitForward(k, c.commitTo)
+			committed, err := r.commits.commitForward(k, c.commitTo)
 			if err != nil {
 				pr.Err = errors.Join(pr.Err, err)
 				return pr
@@ -297,11 +297,6 @@ func record(m *sarama.ConsumerMessage, info Info, out Outcome, why string) Recor
 // replica, pipelinectl) committed further since this pass read it: offsets
 // only go forward. It returns the position k is left at.
 func (r *Reclaimer) commitForward(k tp, offset int64) (int64, error) {
-	if r.beforeCommit != nil {
-		if err := r.beforeCommit(k.topic, k.partition); err != nil {
-			return 0, err
-		}
-	}
 	if cur, err := r.committed(k); err == nil && cur >= offset {
 		return cur, nil
 	}

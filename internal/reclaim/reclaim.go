@@ -41,10 +41,15 @@ type Reclaimer struct {
 	mu        sync.Mutex // guards partLock
 	partLock  map[tp]*sync.Mutex
 
-	// beforeCommit runs after a partition's records were republished and
-	// before its offset is committed; an error stops the commit, as a crash
-	// at that point would. Tests use it.
-	beforeCommit func(topic string, partition int32) error
+	// commits moves a partition's committed position once its records
+	// were republished: the Reclaimer itself, through Kafka.
+	commits committer
+}
+
+// committer commits offset as k's position, never backwards, and returns
+// the position k is left at (Reclaimer.commitForward).
+type committer interface {
+	commitForward(k tp, offset int64) (int64, error)
 }
 
 // New connects to the brokers.
@@ -86,6 +91,7 @@ func New(cfg Config) (*Reclaimer, error) {
 		return nil, fmt.Errorf("reclaim: connect to Kafka %v: %w", cfg.Kafka.Brokers, err)
 	}
 	r := &Reclaimer{cfg: cfg, client: client, stopWatch: stopWatch, partLock: map[tp]*sync.Mutex{}}
+	r.commits = r
 	fail := func(what string, err error) (*Reclaimer, error) {
 		r.Close()
 		return nil, fmt.Errorf("reclaim: %s: %w", what, err)

@@ -25,12 +25,6 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/telemetry"
 )
 
-// ErrKey is the attribute key of an error in every log record.
-//
-// Deprecated: use logkey.Err; a package that imports the bootstrap for a
-// log key is one the layering test refuses.
-const ErrKey = logkey.Err
-
 // ConfigVarsFlag is the argument that makes a binary print its variables.
 const ConfigVarsFlag = "-config-vars"
 

@@ -3,17 +3,13 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
+	"github.com/loopers/commerce-pipeline/internal/process"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/telemetry"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -37,15 +33,14 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		return err
 	}
 	defer st.Close()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newNotifyQueue(st.NotifyQueueUsage, logger))
-	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "commerce-api", Roles: []string{"api"}}, logger, reg)
+	p := process.New(logger)
+	defer p.Close()
+	reg := p.Registry()
+	reg.MustRegister(newNotifyQueue(st.NotifyQueueUsage, logger))
+	member, err := p.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "commerce-api", Roles: []string{"api"}})
 	if err != nil {
 		return err
 	}
-	member.Start(context.WithoutCancel(ctx))
-	defer member.Leave()
 	// The cluster's own series are exposed once, here, from the database.
 	reg.MustRegister(cluster.NewCollector(member, logger))
 	deps := api.Deps{
@@ -68,31 +63,12 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		}
 		deps.Cache = c
 	}
-	switch cfg.Auth.Mode {
-	case auth.ModeJWT:
-		// The key set's reads end with Run, before it returns.
-		authCtx, stopAuth := context.WithCancel(ctx)
-		var refresher sync.WaitGroup
-		defer refresher.Wait()
-		defer stopAuth()
-		v, err := auth.New(authCtx, cfg.Auth, nil, logger)
-		if err != nil {
-			return err
-		}
-		if err := v.Register(reg); err != nil {
-			return err
-		}
-		// Unready while no key set could be read: every token would be
-		// refused with 503.
-		deps.Checks[JWKSCheck] = v.Ready
-		deps.Auth = v
-		refresher.Go(func() { v.Run(authCtx) })
-		if cfg.Auth.PlainHTTP() {
-			logger.Warn("COMMERCE_API_AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
-				"jwksUrl", cfg.Auth.JWKSURL)
-		}
-	default:
-		warnOpenHeaderMode(logger, cfg.HTTPAddr)
+	// What reads under runCtx (the key set, the wait for the listeners'
+	// addresses) ends with Run, before it returns.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	if err := withAuth(runCtx, p, cfg, logger, &deps); err != nil {
+		return err
 	}
 	scfg := stream.DefaultConfig()
 	scfg.MaxStreams = cfg.StreamMaxClients
@@ -101,6 +77,49 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 		return err
 	}
 	deps.Stream = hub
+	// The hub ends every open stream when the process stops, so the
+	// server's graceful shutdown does not wait on them.
+	p.Go("stream hub", hub.Run)
+	if err := listeners(runCtx, p, cfg, deps, ready); err != nil {
+		return err
+	}
+	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "admin", cfg.AdminAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients,
+		"authMode", cfg.Auth.Mode)
+	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
+	return p.Run(ctx)
+}
+
+// withAuth sets up deps' authentication: in jwt mode the verifier, its
+// readiness check and its key set's refresher (a component of p, reading
+// under ctx); in header mode a warning when the listener is open to others.
+func withAuth(ctx context.Context, p *process.Process, cfg Config, logger *slog.Logger, deps *api.Deps) error {
+	if cfg.Auth.Mode != auth.ModeJWT {
+		warnOpenHeaderMode(logger, cfg.HTTPAddr)
+		return nil
+	}
+	v, err := auth.New(ctx, cfg.Auth, nil, logger)
+	if err != nil {
+		return err
+	}
+	if err := v.Register(p.Registry()); err != nil {
+		return err
+	}
+	// Unready while no key set could be read: every token would be
+	// refused with 503.
+	deps.Checks[JWKSCheck] = v.Ready
+	deps.Auth = v
+	p.Go("jwks refresh", func(ctx context.Context) error { v.Run(ctx); return nil })
+	if cfg.Auth.PlainHTTP() {
+		logger.Warn("COMMERCE_API_AUTH_JWKS_URL is plain http to another host: whoever can change the key set in transit can sign tokens for anyone; use https",
+			"jwksUrl", cfg.Auth.JWKSURL)
+	}
+	return nil
+}
+
+// listeners adds the two listeners to p: the API (traced when tracing is
+// on) and the admin server. ready, when not nil, receives both addresses
+// once both listen (unless ctx ends first).
+func listeners(ctx context.Context, p *process.Process, cfg Config, deps api.Deps, ready chan<- Addrs) error {
 	h, err := api.NewHandler(deps)
 	if err != nil {
 		return fmt.Errorf("build handler: %w", err)
@@ -112,29 +131,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 	if err != nil {
 		return fmt.Errorf("build admin handler: %w", err)
 	}
-	// The hub ends every open stream when ctx ends, so the server's
-	// graceful shutdown does not wait on them.
-	hubCtx, stopHub := context.WithCancel(ctx)
-	defer stopHub()
-	hubErr := make(chan error, 1)
-	go func() { hubErr <- hub.Run(hubCtx) }()
-	logger.Info("commerce-api starting", "addr", cfg.HTTPAddr, "admin", cfg.AdminAddr, "dbMaxConns", cfg.DB.MaxConns, "cache", cfg.RedisURL != "", "streamMaxClients", cfg.StreamMaxClients,
-		"authMode", cfg.Auth.Mode)
-	logger.Info("live page", "url", pageURL(cfg.HTTPAddr))
-	// The first listener to fail stops the other.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var (
-		wg                  sync.WaitGroup
-		serveErr, adminErr  error
-		httpAddr, adminAddr = make(chan string, 1), make(chan string, 1)
-	)
-	wg.Go(func() { serveErr = httpserver.Serve(ctx, logger, httpserver.New(cfg.HTTPAddr, h), httpAddr); stop() })
-	wg.Go(func() {
-		adminErr = httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, admin), adminAddr)
-		stop()
-	})
+	var httpAddr, adminAddr chan string
 	if ready != nil {
+		httpAddr, adminAddr = make(chan string, 1), make(chan string, 1)
 		go func() {
 			var a Addrs
 			for a.HTTP == "" || a.Admin == "" {
@@ -148,9 +147,9 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, ready chan<- Addr
 			ready <- a
 		}()
 	}
-	wg.Wait()
-	stopHub()
-	return errors.Join(serveErr, adminErr, <-hubErr)
+	p.Serve("http", cfg.HTTPAddr, h, httpAddr)
+	p.Serve("admin", cfg.AdminAddr, admin, adminAddr)
+	return nil
 }
 
 // JWKSCheck is the readiness check of the identity provider's key set in

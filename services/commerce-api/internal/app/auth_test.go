@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,28 +19,10 @@ import (
 	"github.com/loopers/commerce-pipeline/services/commerce-api/internal/api/auth/authtest"
 )
 
-// syncBuffer is a log sink that Run's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serveLogged is serve with the service's log captured.
-func serveLogged(t *testing.T, cfg Config) (Addrs, *syncBuffer, func()) {
+func serveLogged(t *testing.T, cfg Config) (Addrs, *testenv.LogBuffer, func()) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Addrs, 1)
 	done := make(chan error, 1)

@@ -110,7 +110,7 @@ func checkWrites(t *testing.T, databaseURL string) {
 // runSchemathesis runs the CLI at bin on the document at schema against
 // base, with testdata's configuration and hooks plus args, and fails the
 // test with its report (and the service's log) unless it finds nothing.
-func runSchemathesis(t *testing.T, bin, schema, base string, args []string, logs *syncBuffer) {
+func runSchemathesis(t *testing.T, bin, schema, base string, args []string, logs *testenv.LogBuffer) {
 	t.Helper()
 	testdata, err := filepath.Abs("testdata")
 	if err != nil {

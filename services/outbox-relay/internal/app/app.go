@@ -5,17 +5,15 @@ package app
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/logkey"
+	"github.com/loopers/commerce-pipeline/internal/process"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relay"
@@ -44,30 +42,23 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			logger.Warn("close Kafka producer", logkey.Err, err)
 		}
 	}()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}}, logger, reg)
+	p := process.New(logger)
+	defer p.Close()
+	member, err := p.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}})
 	if err != nil {
 		return err
 	}
-	svc, err := relay.NewService(cfg.Relay, logger, st, pub, reg, member)
+	svc, err := relay.NewService(cfg.Relay, logger, st, pub, p.Registry())
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	httpErr := make(chan error, 1)
-	go func() {
-		err := httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, adminHandler(reg, st, pub, svc, logger)), adminReady)
-		cancel() // without its admin endpoint the node is not operable: stop it
-		httpErr <- err
-	}()
-	runErr := svc.Run(ctx)
-	cancel()
-	if err := <-httpErr; err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("admin server: %w", err))
-	}
-	return runErr
+	// The heartbeat carries the stages this node times to the live page.
+	member.WatchStages(svc.StageWindows)
+	// Without its admin endpoint the node is not operable: its failure
+	// stops the node.
+	p.Serve("admin server", cfg.AdminAddr, adminHandler(p.Registry(), st, pub, svc, logger), adminReady)
+	p.Go("relay", svc.Run)
+	return p.Run(ctx)
 }
 
 // adminHandler serves /healthz, /readyz (the database and Kafka answer; the

@@ -1,46 +1,34 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/relaytest"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
 )
 
 // logBuffer collects a node's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logBuffer struct{ testenv.LogBuffer }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// messages returns the msg of every line logged at level.
 // logged reports whether a record of level has message msg, attribute "id"
 // equal to id, and a non-empty attribute attr.
 func (b *logBuffer) logged(level, msg string, id int64, attr string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, line := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
+	for line := range strings.Lines(b.String()) {
 		var l map[string]any
-		if json.Unmarshal(line, &l) != nil || l["level"] != level || l["msg"] != msg {
+		if json.Unmarshal([]byte(line), &l) != nil || l["level"] != level || l["msg"] != msg {
 			continue
 		}
 		if got, ok := l["id"].(float64); ok && int64(got) == id && l[attr] != nil && l[attr] != "" {
@@ -50,13 +38,12 @@ func (b *logBuffer) logged(level, msg string, id int64, attr string) bool {
 	return false
 }
 
+// messages returns the msg of every line logged at level.
 func (b *logBuffer) messages(level string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []string
-	for _, line := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
+	for line := range strings.Lines(b.String()) {
 		var l struct{ Level, Msg string }
-		if json.Unmarshal(line, &l) == nil && l.Level == level {
+		if json.Unmarshal([]byte(line), &l) == nil && l.Level == level {
 			out = append(out, l.Msg)
 		}
 	}
@@ -90,9 +77,7 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 	logs := &logBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs.mu.Lock()
-			t.Logf("logs of %s:\n%s", cfg.NodeID, logs.buf.String())
-			logs.mu.Unlock()
+			t.Logf("logs of %s:\n%s", cfg.NodeID, logs.String())
 		}
 	})
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -107,12 +92,8 @@ func newNode(t *testing.T, env *relaytest.Env, cfg Config) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	member, err := cluster.Join(env.URL, cluster.Defaults(cfg.NodeID), cluster.Info{Service: "outbox-relay", Roles: []string{"relay"}}, logger, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	svc, err := NewService(cfg, logger, st, pub, reg, member)
+	svc, err := NewService(cfg, logger, st, pub, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +127,23 @@ func (n *node) lead(t *testing.T) {
 	}
 }
 
+// beforeAdvance makes f run before each of the node's cursor updates: it
+// stands for a process paused between publishing and confirming.
+func (n *node) beforeAdvance(f func()) {
+	n.svc.relay.cursor = hookedAdvance{next: n.svc.relay.cursor, before: f}
+}
+
+// hookedAdvance runs before ahead of each Advance of next.
+type hookedAdvance struct {
+	next   advancer
+	before func()
+}
+
+func (h hookedAdvance) Advance(ctx context.Context, f store.Fence, a store.Advance) error {
+	h.before()
+	return h.next.Advance(ctx, f, a)
+}
+
 // pass runs one pass directly, as the scheduler would.
 func (n *node) pass(t *testing.T) PassResult {
 	t.Helper()
@@ -163,7 +161,11 @@ func (n *node) start(t *testing.T, release bool) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- n.svc.run(ctx, release) }()
+	run := n.svc.Run
+	if !release {
+		run = n.svc.serve // everything Run does but hand the lease over
+	}
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

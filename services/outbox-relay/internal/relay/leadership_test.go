@@ -75,23 +75,32 @@ func TestFailoverWhenTheLeaderDiesWithoutReleasing(t *testing.T) {
 func TestPausedLeaderCannotMoveTheCursor(t *testing.T) {
 	env := relaytest.New(t)
 	cfgA := testConfig(env, "node-a")
-	cfgA.LeaseTTL = 300 * time.Millisecond
+	// The 1 s the lint note says: with 300 ms, the lease's own round trip
+	// under load left too little of it for the pass to start leading.
+	cfgA.LeaseTTL = time.Second
 	a := newNode(t, env, cfgA)
 	b := newNode(t, env, testConfig(env, "node-b"))
 	paused, resume := make(chan struct{}), make(chan struct{})
-	a.svc.relay.beforeAdvance = func() {
+	a.beforeAdvance(func() {
 		close(paused)
 		<-resume
-	}
-	a.lead(t)
+	})
 	rows := insertCommitted(t, env, likes(2, "a", "b", "c")...)
+	// The lease is taken last, right before the pass: its short TTL must
+	// not lapse before the pass starts, or the pass, not leading, does
+	// nothing.
+	a.lead(t)
 
 	passErr := make(chan error, 1)
 	go func() {
 		_, err := a.svc.relay.Pass(context.Background())
 		passErr <- err
 	}()
-	<-paused
+	select {
+	case <-paused:
+	case err := <-passErr:
+		t.Fatalf("the pass ended without confirming (%v): the lease lapsed before it started", err)
+	}
 	eventually(t, 10*time.Second, "node-b to take the expired lease", func() bool {
 		ok, err := b.svc.elector.TryAcquire(context.Background())
 		return err == nil && ok

@@ -72,9 +72,15 @@ type Relay struct {
 	// its first read's spans say so.
 	wokenBy Wake
 
-	// beforeAdvance, when set by a test, runs before each cursor update: it
-	// stands for a process paused between publishing and confirming.
-	beforeAdvance func()
+	// cursor confirms what a pass handed over: the store.
+	cursor advancer
+}
+
+// advancer writes a pass's confirmation (store.Store.Advance): the cursor's
+// move with the rows failed, held and settled up to it, fenced by the
+// lease term.
+type advancer interface {
+	Advance(ctx context.Context, f store.Fence, a store.Advance) error
 }
 
 // NewRelay returns a Relay. Passes run only while elector leads.
@@ -86,7 +92,7 @@ func NewRelay(cfg Config, st *store.Store, pub *publisher.Publisher, elector *le
 		return nil, fmt.Errorf("relay: batch size, window, window bytes, send timeout, retry interval and max age must be positive, got %d, %d, %d, %s, %s, %s",
 			cfg.BatchSize, cfg.Window, cfg.WindowBytes, cfg.SendTimeout, cfg.RetryInterval, cfg.MaxAge)
 	}
-	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1)}, nil
+	return &Relay{cfg: cfg, store: st, pub: pub, elector: elector, metrics: metrics, logger: logger, wake: make(chan struct{}, 1), cursor: st}, nil
 }
 
 // Notify tells the relay that rows were committed: a running pass reads
@@ -618,10 +624,7 @@ func (t *term) flush(ctx context.Context) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.r.cfg.SendTimeout)
 		defer cancel()
-		if t.r.beforeAdvance != nil {
-			t.r.beforeAdvance()
-		}
-		done <- t.r.store.Advance(ctx, fence, a)
+		done <- t.r.cursor.Advance(ctx, fence, a)
 	}()
 }
 

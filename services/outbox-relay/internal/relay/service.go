@@ -11,10 +11,10 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/stages"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/lease"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/publisher"
 	"github.com/loopers/commerce-pipeline/services/outbox-relay/internal/store"
@@ -29,16 +29,12 @@ type Service struct {
 	store   *store.Store
 	elector *lease.Elector
 	relay   *Relay
-	member  *cluster.Member
+	metrics *Metrics
 }
 
 // NewService returns a relay node publishing through pub, its metrics
-// registered on reg. member is the node in the cluster registry: Run
-// starts its heartbeats and leaves at the end.
-func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher, reg prometheus.Registerer, member *cluster.Member) (*Service, error) {
-	if member == nil {
-		return nil, errors.New("relay: a cluster member is required")
-	}
+// registered on reg.
+func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher.Publisher, reg prometheus.Registerer) (*Service, error) {
 	elector, err := lease.New(st, outbox.RelayLease, cfg.NodeID, cfg.LeaseTTL, logger, nil)
 	if err != nil {
 		return nil, err
@@ -51,10 +47,12 @@ func NewService(cfg Config, logger *slog.Logger, st *store.Store, pub *publisher
 	if err != nil {
 		return nil, err
 	}
-	// The heartbeat carries the stages this node times to the live page.
-	member.WatchStages(metrics.StageWindows)
-	return &Service{cfg: cfg, logger: logger, store: st, elector: elector, relay: r, member: member}, nil
+	return &Service{cfg: cfg, logger: logger, store: st, elector: elector, relay: r, metrics: metrics}, nil
 }
+
+// StageWindows takes the stage timings gathered since the last call, for
+// the cluster heartbeat to carry to the live page (cluster.Member.WatchStages).
+func (s *Service) StageWindows() []stages.Window { return s.metrics.StageWindows() }
 
 // Leading reports whether the node holds the lease now.
 func (s *Service) Leading() bool {
@@ -64,11 +62,23 @@ func (s *Service) Leading() bool {
 
 // Run runs the node until ctx ends, then stops the jobs, lets a running pass
 // finish, and releases the lease so another node takes over at once.
-func (s *Service) Run(ctx context.Context) error { return s.run(ctx, true) }
+func (s *Service) Run(ctx context.Context) error {
+	err := s.serve(ctx)
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rerr := s.elector.Release(rctx); rerr != nil {
+		s.logger.Warn("release lease", logkey.Err, rerr)
+	}
+	if err != nil {
+		return err
+	}
+	s.logger.Info("outbox relay stopped", "node", s.cfg.NodeID)
+	return nil
+}
 
-// run is Run; with release false the node stops as if it had crashed,
-// leaving its lease to expire.
-func (s *Service) run(ctx context.Context, release bool) error {
+// serve is Run up to the release of the lease: the jobs stopped and the
+// last pass finished, the lease is left to expire.
+func (s *Service) serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -85,12 +95,6 @@ func (s *Service) run(ctx context.Context, release bool) error {
 		return fmt.Errorf("schedule outbox retention: %w", err)
 	}
 
-	s.member.Start(context.WithoutCancel(ctx))
-	if release {
-		defer s.member.Leave()
-	} else {
-		defer s.member.Abandon()
-	}
 	var wg sync.WaitGroup
 	// The first lease attempt happens before the scheduler starts, so a
 	// node that can lead does so from its first tick.
@@ -106,17 +110,9 @@ func (s *Service) run(ctx context.Context, release bool) error {
 	<-ctx.Done()
 	shutdownErr := sched.Shutdown()
 	wg.Wait()
-	if release {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer rcancel()
-		if err := s.elector.Release(rctx); err != nil {
-			s.logger.Warn("release lease", logkey.Err, err)
-		}
-	}
 	if shutdownErr != nil {
 		return fmt.Errorf("stop scheduler: %w", shutdownErr)
 	}
-	s.logger.Info("outbox relay stopped", "node", s.cfg.NodeID)
 	return nil
 }
 

@@ -92,12 +92,12 @@ func TestCommitDuringAdvanceGoesOutInTheSamePass(t *testing.T) {
 	n.lead(t)
 	first := insertCommitted(t, env, likes(7, "a")...)[0]
 	var later int64
-	n.svc.relay.beforeAdvance = func() {
+	n.beforeAdvance(func() {
 		if later == 0 {
 			later = insertCommitted(t, env, likes(7, "b")...)[0].ID
 			n.svc.relay.Notify()
 		}
-	}
+	})
 	if res := n.pass(t); res.Published != 2 || res.Cursor != later {
 		t.Fatalf("pass: %+v; want both events (ids %d and %d) published by it", res, first.ID, later)
 	}

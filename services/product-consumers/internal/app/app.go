@@ -4,23 +4,21 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/go-co-op/gocron/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/loopers/commerce-pipeline/internal/cluster"
 	"github.com/loopers/commerce-pipeline/internal/httpserver"
 	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/process"
 	"github.com/loopers/commerce-pipeline/internal/productcache"
 	"github.com/loopers/commerce-pipeline/internal/reclaim"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -39,13 +37,8 @@ const revokeGrace = 5 * time.Second
 // completed and leaves its group. adminReady, when not nil, receives the
 // admin server's address once it listens.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<- string) error {
-	if err := cfg.Kafka.CheckAtStart(ctx, logger); err != nil {
+	if err := checkAtStart(ctx, cfg, logger); err != nil {
 		return err
-	}
-	if cfg.Reclaim.Enabled && cfg.Reclaimer.Role != "" {
-		if err := cfg.Reclaimer.CheckAtStart(ctx, logger.With("component", "reclaimer")); err != nil {
-			return err
-		}
 	}
 	st, err := store.Open(ctx, cfg.DatabaseURL, cfg.DB)
 	if err != nil {
@@ -58,29 +51,62 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 	}
 	defer pages.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	h, err := consumer.New(events.NewRegistry(), st, pages, logger, reg, cfg.HandledRetention-cfg.HorizonMargin)
+	p := process.New(logger)
+	// Heartbeats go on while the consumers drain; Close (deferred, so after
+	// they stopped and released their partitions) ends them.
+	defer p.Close()
+	h, err := consumer.New(events.NewRegistry(), st, pages, logger, p.Registry(), cfg.HandledRetention-cfg.HorizonMargin)
 	if err != nil {
 		return err
 	}
-	member, err := cluster.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "product-consumers", Roles: cfg.Consumers}, logger, reg)
+	member, err := p.Join(cfg.DatabaseURL, cfg.Cluster, cluster.Info{Service: "product-consumers", Roles: cfg.Consumers})
 	if err != nil {
 		return err
 	}
 	member.WatchStages(h.StageWindows)
-	// Heartbeats go on while the consumers drain; Leave (deferred, so after
-	// they stopped and released their partitions) ends them.
-	member.Start(context.WithoutCancel(ctx))
-	defer member.Leave()
-	var (
-		consumers []*pcon.Consumer
-		topics    []string
-	)
+	topics, err := addConsumers(p, cfg, h, member, logger)
+	if err != nil {
+		return err
+	}
+	stopJobs, err := startJobs(ctx, cfg, st, topics, logger, p.Registry())
+	if err != nil {
+		return err
+	}
+	defer stopJobs()
+
+	mux := http.NewServeMux()
+	httpserver.Ops(mux, p.Registry(), map[string]httpserver.Check{
+		httpserver.DatabaseCheck: st.Ping,
+		"redis":                  pages.Ping,
+	}, httpserver.WithLogger(logger))
+	p.Serve("admin server", cfg.AdminAddr, mux, adminReady)
+	logger.Info("product-consumers started", "consumers", cfg.Consumers, "admin", cfg.AdminAddr)
+	return p.Run(ctx)
+}
+
+// checkAtStart checks the Kafka settings of the consumers, and those of the
+// reclaimer when it runs with a role of its own, against the brokers.
+func checkAtStart(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if err := cfg.Kafka.CheckAtStart(ctx, logger); err != nil {
+		return err
+	}
+	if cfg.Reclaim.Enabled && cfg.Reclaimer.Role != "" {
+		if err := cfg.Reclaimer.CheckAtStart(ctx, logger.With("component", "reclaimer")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addConsumers adds one pcon consumer per enabled group to p, reporting to
+// member and exposing its metrics on p's registry. It returns the topics
+// they read, named on the cluster.
+func addConsumers(p *process.Process, cfg Config, h *consumer.Handlers, member *cluster.Member, logger *slog.Logger) ([]string, error) {
+	var topics []string
 	for _, name := range cfg.Consumers {
 		spec, err := h.Spec(name)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// The cluster's names, under KAFKA_PREFIX. The idempotency keys
 		// keep the group's own name (consumer.Spec), so a prefix never
@@ -108,22 +134,39 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			OnCommit:       consumer.TracedCommit(group),
 		}, handler)
 		if err != nil {
-			return fmt.Errorf("consumer %s: %w", name, err)
+			return nil, fmt.Errorf("consumer %s: %w", name, err)
 		}
 		// One collector per consumer; the consumer label keeps their series apart.
-		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, reg).Register(pconprom.NewCollector(c)); err != nil {
-			return fmt.Errorf("consumer %s metrics: %w", name, err)
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"consumer": name}, p.Registry()).Register(pconprom.NewCollector(c)); err != nil {
+			return nil, fmt.Errorf("consumer %s metrics: %w", name, err)
 		}
 		member.WatchStats(group, progressOf(c.Stats))
-		consumers = append(consumers, c)
+		p.Go("consumer "+name, c.Run)
 		if !slices.Contains(topics, topic) {
 			topics = append(topics, topic)
 		}
 	}
+	return topics, nil
+}
 
+// startJobs starts the scheduled jobs: the purge of event_handled and, when
+// enabled, the DLT reclaimer over topics. stop shuts them down and releases
+// what they hold.
+func startJobs(ctx context.Context, cfg Config, st *store.Store, topics []string, logger *slog.Logger, reg prometheus.Registerer) (stop func(), err error) {
+	var cleanup []func()
+	stop = func() {
+		for _, f := range slices.Backward(cleanup) {
+			f()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
 	sched, err := gocron.NewScheduler()
 	if err != nil {
-		return fmt.Errorf("scheduler: %w", err)
+		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	if _, err := sched.NewJob(gocron.DurationJob(cfg.PurgeInterval), gocron.NewTask(func(ctx context.Context) {
 		n, err := st.PurgeHandled(ctx, cfg.HandledRetention, pg.PurgeChunk)
@@ -135,7 +178,7 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 			logger.Info("purged event_handled", "deleted", n, "olderThan", cfg.HandledRetention.String())
 		}
 	}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx)); err != nil {
-		return fmt.Errorf("purge job: %w", err)
+		return nil, fmt.Errorf("purge job: %w", err)
 	}
 	if cfg.Reclaim.Enabled {
 		// Re-drivers (every replica's reclaimer, pipelinectl) take a DLT
@@ -143,55 +186,24 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger, adminReady chan<-
 		// a connection of this small pool of its own.
 		locks, err := pg.Open(ctx, cfg.DatabaseURL, pg.Options{MaxConns: len(topics) + 1, Lazy: true})
 		if err != nil {
-			return fmt.Errorf("reclaim locks: %w", err)
+			return nil, fmt.Errorf("reclaim locks: %w", err)
 		}
-		defer locks.Close()
+		cleanup = append(cleanup, locks.Close)
 		r, err := newReclaimer(cfg, topics, logger, reg, reclaim.PGLock(locks))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer r.Close()
+		cleanup = append(cleanup, r.Close)
 		if _, err := sched.NewJob(gocron.DurationJob(cfg.Reclaim.Interval), gocron.NewTask(func(ctx context.Context) {
 			r.Pass(ctx, reclaim.Options{})
 		}), gocron.WithSingletonMode(gocron.LimitModeReschedule), gocron.WithContext(ctx),
 			gocron.WithStartAt(gocron.WithStartImmediately())); err != nil {
-			return fmt.Errorf("reclaim job: %w", err)
+			return nil, fmt.Errorf("reclaim job: %w", err)
 		}
 	}
 	sched.Start()
-	defer sched.Shutdown() //nolint:errcheck // nothing left to do with a failed shutdown
-
-	mux := http.NewServeMux()
-	httpserver.Ops(mux, reg, map[string]httpserver.Check{
-		httpserver.DatabaseCheck: st.Ping,
-		"redis":                  pages.Ping,
-	}, httpserver.WithLogger(logger))
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(consumers)+1)
-	wg.Go(func() { errs <- httpserver.Serve(ctx, logger, httpserver.New(cfg.AdminAddr, mux), adminReady) })
-	for i, c := range consumers {
-		wg.Go(func() {
-			if err := c.Run(ctx); err != nil {
-				errs <- fmt.Errorf("consumer %s: %w", cfg.Consumers[i], err)
-				return
-			}
-			errs <- nil
-		})
-	}
-	logger.Info("product-consumers started", "consumers", cfg.Consumers, "admin", cfg.AdminAddr)
-	// The first to stop, for whatever reason, stops the rest.
-	first := <-errs
-	cancel()
-	wg.Wait()
-	close(errs)
-	all := []error{first}
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(slices.DeleteFunc(all, func(e error) bool { return e == nil })...)
+	cleanup = append(cleanup, func() { _ = sched.Shutdown() }) // nothing left to do with a failed shutdown
+	return stop, nil
 }
 
 // newReclaimer builds the DLT reclaimer over the topics (named on the

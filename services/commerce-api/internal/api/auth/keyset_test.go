@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -101,6 +102,8 @@ func TestKeySetKeepsOnlySigningKeys(t *testing.T) {
 		{"encryption key", authtest.Token(t, enc, claims), http.StatusUnauthorized, "unknown kid"},
 		{"RSA key labelled ES256", authtest.Sign(t, jwt.SigningMethodRS256, rsaGood.Private, "mislabelled", claims), http.StatusUnauthorized, "unknown kid"},
 		{"HS256 with the secret of an oct key", authtest.Sign(t, jwt.SigningMethodHS256, secret, "secret", claims), http.StatusUnauthorized, "alg is not accepted"},
+		{"alg none", unsigned(t, claims), http.StatusUnauthorized, "alg is not accepted"},
+		{"an alg no library knows", unknownAlg(t, "secret", claims), http.StatusUnauthorized, "alg is not accepted"},
 		{"no kid", authtest.Token(t, authtest.Key{Method: good.Method, Private: good.Private}, claims), http.StatusUnauthorized, "no kid"},
 		{"ES256 token naming the RSA key", authtest.Sign(t, jwt.SigningMethodES256, good.Private, "rsa", claims), http.StatusUnauthorized, "does not fit the key"},
 	} {
@@ -112,6 +115,30 @@ func TestKeySetKeepsOnlySigningKeys(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unsigned is a token of claims with alg none.
+func unsigned(t *testing.T, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// unknownAlg is a token of claims whose header names kid and an alg no JWT
+// library registers; its signature is junk.
+func unknownAlg(t *testing.T, kid string, claims jwt.MapClaims) string {
+	t.Helper()
+	enc := func(v any) string {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.RawURLEncoding.EncodeToString(raw)
+	}
+	return enc(map[string]string{"alg": "XY9", "typ": "JWT", "kid": kid}) + "." + enc(claims) + ".c2ln"
 }
 
 // TestUnknownKIDRefreshIsRateLimited: tokens naming keys the set does not

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -87,9 +88,9 @@ func (v *Verifier) Config() Config { return v.cfg }
 // sub that is a valid user id. Every failure is an *Error.
 func (v *Verifier) Verify(ctx context.Context, token string) (Principal, error) {
 	claims := jwt.MapClaims{}
-	_, err := v.parser.ParseWithClaims(token, claims, v.keyfunc(ctx))
+	tok, err := v.parser.ParseWithClaims(token, claims, v.keyfunc(ctx))
 	if err != nil {
-		return Principal{}, v.fail(v.explain(err, claims))
+		return Principal{}, v.fail(v.explain(algRefused(tok, err), claims))
 	}
 	sub, err := claims.GetSubject()
 	if err != nil || sub == "" {
@@ -154,7 +155,25 @@ func (v *Verifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 var (
 	errNoKID    = errors.New("no kid")
 	errWrongAlg = errors.New("algorithm does not fit the key")
+	// errAlgNotAccepted: the token's header names an alg outside
+	// Algorithms, which the parser refuses before any key is looked up.
+	errAlgNotAccepted = errors.New("alg not accepted")
 )
+
+// algRefused marks err with errAlgNotAccepted when the parser refused the
+// token for its alg: the signature was not checked (or the alg is unknown
+// to the parser) and tok's header names an alg outside Algorithms. The
+// header says so; the parser's error says it only in its text.
+func algRefused(tok *jwt.Token, err error) error {
+	unchecked := errors.Is(err, jwt.ErrTokenSignatureInvalid) || errors.Is(err, jwt.ErrTokenUnverifiable)
+	if tok == nil || !unchecked {
+		return err
+	}
+	if alg, _ := tok.Header["alg"].(string); slices.Contains(Algorithms, alg) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errAlgNotAccepted, err)
+}
 
 // explain turns a parse error into the Error a client sees. The details
 // name what failed and the values the client can check, never a key.
@@ -171,8 +190,7 @@ func (v *Verifier) explain(err error, claims jwt.MapClaims) *Error {
 		return invalidToken("alg", "the token's alg does not fit the key its kid names")
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return invalidToken("malformed", "the token is not a well-formed JWT (three base64url parts: header, claims, signature)")
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && strings.Contains(err.Error(), "signing method"),
-		errors.Is(err, jwt.ErrTokenUnverifiable) && strings.Contains(err.Error(), "signing method"):
+	case errors.Is(err, errAlgNotAccepted):
 		return invalidToken("alg", "the token's alg is not accepted; accepted: "+strings.Join(Algorithms, ", "))
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
 		return invalidToken("signature", "the token's signature does not verify with the key its kid names")
