@@ -106,7 +106,7 @@ func (p relayPeer) settings() string {
 	case debeziumTuned:
 		return "poll.interval.ms=1, max.batch.size=8192, max.queue.size=32768, producer linger.ms=0"
 	case watermillDefault:
-		return "forwarder over watermill-sql (PollInterval 1 s, 100 rows per SELECT), watermill-kafka's sync publisher defaults"
+		return "forwarder over watermill-sql (PollInterval 1 s, 100 rows per SELECT), watermill-kafka's sync publisher defaults (sarama's acks=1: the leader's append alone, no replica, acknowledges a record)"
 	default:
 		return "PollInterval 10 ms, 1,000 rows per SELECT"
 	}
