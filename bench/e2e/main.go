@@ -109,8 +109,9 @@ type options struct {
 	keep        bool
 	nodes       string
 	// tracing mode: the set-ups, tracing off first, and the rates.
-	tracing      string
-	tracingRates []int
+	tracing       string
+	tracingRates  []int
+	tracingRounds int
 }
 
 func main() {
@@ -128,6 +129,7 @@ func main() {
 	flag.StringVar(&o.modes, "modes", "curve,hot,tracing", "modes to run: curve (-rates 500 -growth 1 for the one rate of before; mixed is its old name), hot, tracing (last: it replaces the shared stack)")
 	flag.StringVar(&o.tracing, "tracing", "off,0.01,1", "tracing mode: the set-ups to compare, off (the baseline, first) and sampling ratios, each on a fresh stack exporting to a span sink in this process")
 	flag.StringVar(&tracingRates, "tracing-rates", "500,1000", "tracing mode: the request rates each set-up is measured at")
+	flag.IntVar(&o.tracingRounds, "tracing-rounds", 3, "tracing mode: rounds of every set-up, each round starting with the next one; the table gives the median round by CPU per request, and the range")
 	flag.DurationVar(&o.warmup, "warmup", 20*time.Second, "how long to send requests, at -warmup-rate, to a product of its own before measuring (0 skips)")
 	flag.IntVar(&o.warmupRate, "warmup-rate", 500, "requests per second of the warm-up")
 	flag.StringVar(&o.png, "png", "docs/img/latency-curve.png", "where to draw the curve, relative to the module root unless absolute (empty: no figure)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -179,24 +181,30 @@ func (b *bench) tracing(ctx context.Context, o options, start func(extra map[str
 	defer sink.srv.Close()
 	b.pipe.Stop(20 * time.Second)
 	var got []tracedWindow
-	for _, s := range setups {
-		dir := filepath.Join(logs, "tracing-"+strings.NewReplacer(" ", "", "%", "pct").Replace(s.label))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
+	// Rounds, each starting with the next set-up: a set-up measured always
+	// first or last would carry the machine's drift (the page cache, the
+	// brokers' JIT) as its cost.
+	for round := range max(1, o.tracingRounds) {
+		for i := range setups {
+			s := setups[(round+i)%len(setups)]
+			dir := filepath.Join(logs, fmt.Sprintf("tracing-%s-%d", strings.NewReplacer(" ", "", "%", "pct").Replace(s.label), round))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "tracing %s, round %d: starting a stack...\n", s.label, round+1)
+			pipe, err := start(s.env(sink.url), dir)
+			if err != nil {
+				return fmt.Errorf("tracing %s: %w", s.label, err)
+			}
+			ws, err := b.on(pipe).tracedWindows(ctx, o, s, sink)
+			pipe.Stop(20 * time.Second)
+			if err != nil {
+				return fmt.Errorf("tracing %s: %w", s.label, err)
+			}
+			got = append(got, ws...)
 		}
-		fmt.Fprintf(os.Stderr, "tracing %s: starting a stack...\n", s.label)
-		pipe, err := start(s.env(sink.url), dir)
-		if err != nil {
-			return fmt.Errorf("tracing %s: %w", s.label, err)
-		}
-		ws, err := b.on(pipe).tracedWindows(ctx, o, s, sink)
-		pipe.Stop(20 * time.Second)
-		if err != nil {
-			return fmt.Errorf("tracing %s: %w", s.label, err)
-		}
-		got = append(got, ws...)
 	}
-	printTracing(got, o.duration)
+	printTracing(got, o.duration, max(1, o.tracingRounds))
 	return nil
 }
 
@@ -250,32 +258,51 @@ func (b *bench) tracedWindows(ctx context.Context, o options, s sampling, sink *
 
 // printTracing prints the tracing mode's table: per rate, each set-up
 // beside tracing off.
-func printTracing(got []tracedWindow, d time.Duration) {
+func printTracing(got []tracedWindow, d time.Duration, n int) {
 	fmt.Println()
-	fmt.Printf("### tracing overhead: mixed load (views + new likes), %s per window, a fresh stack per set-up\n\n", d)
-	fmt.Println("| requests/s | tracing | reached | spans / request | API p50 / p99 | end to end p50 / p99 | CPU ms / request: pipeline | vs off |")
+	fmt.Printf("### tracing overhead: mixed load (views + new likes), %s per window, a fresh stack per set-up and round; the median of %d round(s) by CPU, its range beside\n\n", d, n)
+	fmt.Println("| requests/s | tracing | reached | spans / request | API p50 / p99 | end to end p50 / p99 | CPU ms / request: pipeline (rounds' range) | vs off |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
-	off := map[int]*window{}
+	type cell struct {
+		rate  int
+		label string
+	}
+	rounds := map[cell][]tracedWindow{}
+	var order []cell
 	for _, t := range got {
-		if t.sampling.ratio == 0 {
-			off[t.w.target] = t.w
+		c := cell{t.w.target, t.sampling.label}
+		if rounds[c] == nil {
+			order = append(order, c)
+		}
+		rounds[c] = append(rounds[c], t)
+	}
+	// The median round by CPU per request stands for the cell; the range
+	// of the rounds' CPU is beside it.
+	median := func(c cell) (tracedWindow, float64, float64) {
+		ts := slices.Clone(rounds[c])
+		slices.SortFunc(ts, func(a, b tracedWindow) int { return cmp.Compare(a.w.cost.perKPipeline, b.w.cost.perKPipeline) })
+		return ts[len(ts)/2], ts[0].w.cost.perKPipeline, ts[len(ts)-1].w.cost.perKPipeline
+	}
+	off := map[int]float64{}
+	var rates []int
+	for _, c := range order {
+		if t := rounds[c][0]; t.sampling.ratio == 0 {
+			m, _, _ := median(c)
+			off[c.rate] = m.w.cost.perKPipeline
+			rates = append(rates, c.rate)
 		}
 	}
-	rates := []int{}
-	for _, t := range got {
-		if t.sampling.ratio == 0 {
-			rates = append(rates, t.w.target)
-		}
-	}
+	slices.Sort(rates)
 	for _, rate := range rates {
-		for _, t := range got {
-			w := t.w
-			if w.target != rate {
+		for _, c := range order {
+			if c.rate != rate {
 				continue
 			}
+			t, lo, hi := median(c)
+			w := t.w
 			vs := "baseline"
 			if t.sampling.ratio != 0 {
-				vs = signedPct(w.cost.perKPipeline/off[rate].cost.perKPipeline - 1)
+				vs = signedPct(w.cost.perKPipeline/off[rate] - 1)
 			}
 			perReq := "–"
 			if n := len(w.latencies); n > 0 && t.sampling.ratio != 0 {
@@ -285,10 +312,10 @@ func printTracing(got []tracedWindow, d time.Duration) {
 			if s := w.saturated(); s != "" {
 				note = " (saturated: " + s + ")"
 			}
-			fmt.Printf("| %d | %s | %.0f%s | %s | %s / %s | %s / %s | %.3f | %s |\n",
+			fmt.Printf("| %d | %s | %.0f%s | %s | %s / %s | %s / %s | %.3f (%.3f–%.3f) | %s |\n",
 				rate, t.sampling.label, w.achieved, note, perReq,
 				apiQ(w, .5), apiQ(w, .99), ms1(w.q(.5).Seconds()), ms1(w.q(.99).Seconds()),
-				w.cost.perKPipeline, vs)
+				w.cost.perKPipeline, lo, hi, vs)
 		}
 	}
 	fmt.Println()
