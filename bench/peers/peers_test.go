@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/loopers/commerce-pipeline/internal/testenv"
 )
 
 // TestMain lets the test binary stand in for this program when the
@@ -34,6 +36,7 @@ func TestMain(m *testing.M) {
 // Maven, no Maven Central) fails the test with what to install.
 func TestArmsTiny(t *testing.T) {
 	t.Parallel()
+	testenv.Needs(t, "PostgreSQL, Apache Kafka and the JDK")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	o, err := parse([]string{
