@@ -111,7 +111,8 @@ func TestDevStops(t *testing.T) {
 				t.Logf("the script ended: %v", err) // 128 + the signal, or killed
 			case <-time.After(devGone):
 				_ = script.Process.Kill()
-				t.Fatalf("the script still runs %s after %v", devGone, tc.sig)
+				t.Fatalf("the script still runs %s after %v\nscript's log:\n%s\nservices' logs:\n%s", devGone, tc.sig,
+					readFile(state, "dev.err"), logTails(state))
 			}
 			deadline := signalled.Add(devGone)
 			for {
@@ -210,6 +211,18 @@ func takenPorts(ports map[string]string) []string {
 		_ = l.Close()
 	}
 	return taken
+}
+
+// logTails returns the last lines of every log in the dev state's logs
+// directory: what each process said while it was being stopped.
+func logTails(state string) string {
+	var b strings.Builder
+	logs, _ := filepath.Glob(filepath.Join(state, "logs", "*.log"))
+	for _, l := range logs {
+		lines := strings.Split(strings.TrimSpace(readFile(filepath.Dir(l), filepath.Base(l))), "\n")
+		fmt.Fprintf(&b, "== %s\n%s\n", filepath.Base(l), strings.Join(lines[max(0, len(lines)-15):], "\n"))
+	}
+	return b.String()
 }
 
 func readFile(dir, name string) string {
