@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,6 +47,16 @@ func TestDevStops(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts make dev: needs PostgreSQL, Redis, curl and bash")
+	}
+	// Under nohup (or any parent that ignores SIGHUP) this process starts
+	// with SIGHUP ignored, and an ignored signal stays ignored across exec:
+	// the script could not trap it and a hangup would do nothing. A handler
+	// here is reset to the default at exec, which is what a terminal's
+	// session gives the script.
+	if signal.Ignored(syscall.SIGHUP) {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		t.Cleanup(func() { signal.Stop(hup) })
 	}
 	state := t.TempDir()
 	// A failed case must not leave its processes to the next test.
