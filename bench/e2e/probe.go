@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
@@ -73,29 +74,10 @@ func cpuStalled() float64 {
 	return math.NaN()
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on Linux
-// whatever the kernel's own tick rate.
-const clockTicks = 100
-
-// cpuSeconds reads utime + stime of a process from /proc/<pid>/stat.
+// cpuSeconds is the CPU time (user + system) pid has used so far.
 func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces;
-	// the fields after it are plain. utime and stime are fields 14 and 15.
-	rest := b[bytes.LastIndexByte(b, ')')+2:]
-	f := strings.Fields(string(rest))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return float64(ut+st) / clockTicks, nil
+	d, err := benchkit.ProcessCPU(pid)
+	return d.Seconds(), err
 }
 
 // read takes a reading. It must not run while another goroutine uses conn.
@@ -111,18 +93,12 @@ func (p *probe) read(ctx context.Context) (reading, error) {
 	// The backends of the benchmark's own connection (this one) are not the
 	// pipeline. A server on another machine has no /proc here: then there
 	// are no backends to count, and the table says so.
-	rows, err := p.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`)
+	backends, err := benchkit.BackendCPU(ctx, p.conn, "pid <> pg_backend_pid()")
 	if err != nil {
 		return r, err
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	if err != nil {
-		return r, err
-	}
-	for _, pid := range pids {
-		if s, err := cpuSeconds(int(pid)); err == nil {
-			r.backends[int(pid)] = s
-		}
+	for pid, c := range backends {
+		r.backends[pid] = c.Seconds()
 	}
 	for _, u := range p.metrics {
 		ws, err := scrapeStages(ctx, u)

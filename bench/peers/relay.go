@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/logkey"
@@ -526,7 +527,7 @@ func (a *relayArm) phase(ctx context.Context, p relayPeer, rate, n int) (relayPh
 	}
 	res := relayPhase{n: n, cpu: relayCPU{
 		relay:    after.side - before.side,
-		postgres: after.pg.since(before.pg, skip),
+		postgres: after.pg.Since(before.pg, skip),
 		broker:   after.broker - before.broker,
 	}}
 	lat := make([]time.Duration, 0, n)
@@ -564,20 +565,20 @@ func (a *relayArm) phase(ctx context.Context, p relayPeer, rate, n int) (relayPh
 // cpuSnapshot is the CPU time of the three parties at one moment.
 type cpuSnapshot struct {
 	side, broker time.Duration
-	pg           treeSnapshot
+	pg           benchkit.TreeSnapshot
 }
 
 func (a *relayArm) cpuNow(b *bed) (cpuSnapshot, error) {
 	var s cpuSnapshot
 	var err error
-	if s.side, err = processCPU(b.cmd.Process.Pid); err != nil {
+	if s.side, err = benchkit.ProcessCPU(b.cmd.Process.Pid); err != nil {
 		return s, err
 	}
-	if s.pg, err = snapshotTree(a.pg.pid()); err != nil {
+	if s.pg, err = benchkit.SnapshotTree(a.pg.pid()); err != nil {
 		return s, err
 	}
 	for _, node := range a.cluster.Nodes() {
-		c, err := processCPU(node.Pid())
+		c, err := benchkit.ProcessCPU(node.Pid())
 		if err != nil {
 			return s, err
 		}

@@ -15,7 +15,10 @@
 //     reference, sarama's async producer (the relay's producer before
 //     franz-go) with the same guarantees. The machine is shared, so every
 //     side runs -rounds times, in turn, and the fastest run of each is
-//     reported;
+//     reported, with the CPU it cost per 1,000 events (from /proc): the
+//     producing process (the relay, or this program for the baseline), the
+//     PostgreSQL backends serving the relay, and the brokers. On a machine
+//     whose cores the brokers share, that cost is what bounds a drain;
 //  2. latency: commit of an outbox row to its record being readable in
 //     Kafka, at -rate rows/s (500) for -duration, each commit followed by the
 //     relay's wake-up as commerce-api sends it.
@@ -36,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -159,8 +163,14 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 	defer broker.Close()
 	fmt.Fprintf(out, "broker: %s, %s; KAFKA=%s, %s, up in %s\n", broker.Version, benchkit.ClusterLabel(n), kind, strings.Join(broker.Brokers, ","), broker.Started.Round(100*time.Millisecond))
 	topics := &topicSets{brokers: broker.Brokers, reg: reg, replication: devkafka.Replication(n)}
+	if broker.Cluster != nil {
+		for _, node := range broker.Cluster.Nodes() {
+			topics.pids = append(topics.pids, node.Pid())
+		}
+	}
 
-	var baseline, baselineMapped, saramaBase, drain time.Duration
+	var baseline, drain timed
+	var baselineMapped, saramaBase time.Duration
 	for round := range max(1, o.rounds) {
 		b, bm, err := rawProducer(ctx, reg, topics, payloads)
 		if err != nil {
@@ -174,15 +184,16 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		if err != nil {
 			return fmt.Errorf("drain: %w", err)
 		}
-		baseline, baselineMapped, saramaBase, drain = fastest(baseline, b), fastest(baselineMapped, bm), fastest(saramaBase, sb), fastest(drain, d)
+		baseline, drain = fastestRun(baseline, b), fastestRun(drain, d)
+		baselineMapped, saramaBase = fastest(baselineMapped, bm), fastest(saramaBase, sb)
 	}
 	lat, err := latencyRun(ctx, reg, topics, bin, dir, o)
 	if err != nil {
 		return fmt.Errorf("latency: %w", err)
 	}
 
-	drainRate := float64(o.rows) / drain.Seconds()
-	baseRate := float64(o.rows) / baseline.Seconds()
+	drainRate := float64(o.rows) / drain.elapsed.Seconds()
+	baseRate := float64(o.rows) / baseline.elapsed.Seconds()
 	ratio := drainRate / baseRate
 	verdict := func(ok bool) string {
 		if ok {
@@ -201,18 +212,96 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		benchkit.ClusterLabel(n), o.rows, relayConfig, max(1, o.rounds), o.rate, o.duration, lat.n)
 	fmt.Fprintln(w, "metric\toutbox-relay\tbaseline: raw franz-go producer, the relay's options\tratio\ttarget\tresult")
 	fmt.Fprintf(w, "drain %d rows (events/s)\t%.0f (%s)\t%.0f (%s)\t%.2f\t≥ 50000 events/s and ≥ 0.50 × baseline\t%s\n",
-		o.rows, drainRate, drain.Round(time.Millisecond), baseRate, baseline.Round(time.Millisecond), ratio,
+		o.rows, drainRate, drain.elapsed.Round(time.Millisecond), baseRate, baseline.elapsed.Round(time.Millisecond), ratio,
 		verdict(drainRate >= 50_000 && ratio >= 0.5))
+	if drain.cpu.measured && baseline.cpu.measured {
+		// What the drain cost each side of the machine, per 1,000 events:
+		// on two cores shared with the brokers, throughput is bounded by it.
+		perK := func(d time.Duration) float64 { return d.Seconds() * 1000 / float64(o.rows) }
+		fmt.Fprintf(w, "  CPU s per 1,000 events: producer / PostgreSQL / brokers = total\t%.3f / %.3f / %.3f = %.3f\t%.3f / - / %.3f = %.3f\t%.2f\t(for reference)\t-\n",
+			perK(drain.cpu.side), perK(drain.cpu.postgres), perK(drain.cpu.brokers), perK(drain.cpu.total()),
+			perK(baseline.cpu.side), perK(baseline.cpu.brokers), perK(baseline.cpu.total()),
+			drain.cpu.total().Seconds()/baseline.cpu.total().Seconds())
+	}
 	mappedRate := float64(o.rows) / baselineMapped.Seconds()
 	fmt.Fprintf(w, "  same, baseline incl. the SDK's CloudEvents mapping\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
-		drainRate, drain.Round(time.Millisecond), mappedRate, baselineMapped.Round(time.Millisecond), drainRate/mappedRate)
+		drainRate, drain.elapsed.Round(time.Millisecond), mappedRate, baselineMapped.Round(time.Millisecond), drainRate/mappedRate)
 	saramaRate := float64(o.rows) / saramaBase.Seconds()
 	fmt.Fprintf(w, "  same, baseline: raw sarama async producer (the relay's before)\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
-		drainRate, drain.Round(time.Millisecond), saramaRate, saramaBase.Round(time.Millisecond), drainRate/saramaRate)
+		drainRate, drain.elapsed.Round(time.Millisecond), saramaRate, saramaBase.Round(time.Millisecond), drainRate/saramaRate)
 	fmt.Fprintf(w, "commit → Kafka latency p50\t%s\t-\t-\t-\t-\n", lat.p50.Round(10*time.Microsecond))
 	fmt.Fprintf(w, "commit → Kafka latency p99\t%s\t-\t-\t≤ 50ms\t%s\n", lat.p99.Round(10*time.Microsecond), verdict(lat.p99 <= 50*time.Millisecond))
 	fmt.Fprintf(w, "commit → Kafka latency max\t%s\t-\t-\t-\t-\n", lat.max.Round(10*time.Microsecond))
 	return w.Flush()
+}
+
+// timed is one run: how long it took and the CPU it cost.
+type timed struct {
+	elapsed time.Duration
+	cpu     cpuUse
+}
+
+// fastestRun returns the faster of two runs, a zero one counting as none.
+func fastestRun(a, b timed) timed {
+	if a.elapsed == 0 || (b.elapsed != 0 && b.elapsed < a.elapsed) {
+		return b
+	}
+	return a
+}
+
+// cpuUse is the CPU a run cost: the producing process (the relay, or this
+// one for a baseline), the PostgreSQL backends serving the relay, and the
+// brokers.
+type cpuUse struct {
+	side, postgres, brokers time.Duration
+	measured                bool // false on the embedded broker, which runs in this process
+}
+
+func (c cpuUse) total() time.Duration { return c.side + c.postgres + c.brokers }
+
+// cpuReading is the CPU time used so far by what a run counts.
+type cpuReading struct {
+	side, brokers time.Duration
+	backends      map[int]time.Duration
+}
+
+// benchApp is the application_name of this program's own connections, whose
+// backends (the cursor polls of a drain) are not the relay's cost.
+const benchApp = "bench-relay"
+
+// readCPU reads the CPU time of side, of the brokers, and, with pool, of
+// the backends serving the pool's database other than this program's.
+func (t *topicSets) readCPU(ctx context.Context, side int, pool *pgxpool.Pool) (cpuReading, error) {
+	var r cpuReading
+	var err error
+	if r.side, err = benchkit.ProcessCPU(side); err != nil {
+		return r, err
+	}
+	for _, pid := range t.pids {
+		c, err := benchkit.ProcessCPU(pid)
+		if err != nil {
+			return r, err
+		}
+		r.brokers += c
+	}
+	if pool == nil {
+		return r, nil
+	}
+	r.backends, err = benchkit.BackendCPU(ctx, pool, "application_name <> $1", benchApp)
+	if err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// since is the CPU used from before to r; a backend that started in
+// between counts whole.
+func (r cpuReading) since(before cpuReading, measured bool) cpuUse {
+	u := cpuUse{side: r.side - before.side, brokers: r.brokers - before.brokers, measured: measured}
+	for pid, c := range r.backends {
+		u.postgres += c - before.backends[pid]
+	}
+	return u
 }
 
 // fastest returns the shorter of two durations, a zero one counting as none.
@@ -269,6 +358,7 @@ type topicSets struct {
 	brokers     []string
 	reg         *events.Registry
 	replication int16 // the cluster's: three replicas from three nodes on
+	pids        []int // the nodes' processes, whose CPU each run reads (none when embedded)
 	n           int
 }
 
@@ -302,34 +392,38 @@ const sendTimeout = 5 * time.Second
 // options and no database. It returns the time from the first send to the
 // last acknowledgement (records mapped beforehand), and the time including
 // the mapping (done on every CPU, with the SDK's binding).
-func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, payloads []payload) (send, withMapping time.Duration, err error) {
+func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, payloads []payload) (send timed, withMapping time.Duration, err error) {
 	k, drop, err := topics.next(ctx, "baseline")
 	if err != nil {
-		return 0, 0, err
+		return timed{}, 0, err
 	}
 	defer drop()
 	cl, err := kgo.NewClient(k.ProducerOptions("bench-baseline", sendTimeout)...)
 	if err != nil {
-		return 0, 0, err
+		return timed{}, 0, err
 	}
 	defer cl.Close()
 	// Connected, as the relay's producer is once the relay is ready.
 	if err := cl.Ping(ctx); err != nil {
-		return 0, 0, err
+		return timed{}, 0, err
 	}
 
 	mapStart := time.Now()
 	msgs, err := mapAll(ctx, reg, k, payloads)
 	if err != nil {
-		return 0, 0, err
+		return timed{}, 0, err
 	}
 	recs := make([]*kgo.Record, len(msgs))
 	for i, m := range msgs {
 		if recs[i], err = toRecord(m); err != nil {
-			return 0, 0, err
+			return timed{}, 0, err
 		}
 	}
 	mapping := time.Since(mapStart)
+	cpuBefore, err := topics.readCPU(ctx, os.Getpid(), nil)
+	if err != nil {
+		return timed{}, 0, err
+	}
 	start := time.Now()
 	var (
 		wg     sync.WaitGroup
@@ -349,10 +443,15 @@ func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, p
 	}
 	wg.Wait()
 	if failed != nil {
-		return 0, 0, failed
+		return timed{}, 0, failed
 	}
-	send = time.Since(start)
-	return send, mapping + send, nil
+	send.elapsed = time.Since(start)
+	cpuAfter, err := topics.readCPU(ctx, os.Getpid(), nil)
+	if err != nil {
+		return timed{}, 0, err
+	}
+	send.cpu = cpuAfter.since(cpuBefore, len(topics.pids) > 0)
+	return send, mapping + send.elapsed, nil
 }
 
 // toRecord is the franz-go record of a sarama message: the same topic, key,
@@ -530,6 +629,18 @@ func waitFor(ctx context.Context, timeout, step time.Duration, what string, cond
 	}
 }
 
+// withApp returns the connection URL u with application_name app.
+func withApp(u, app string) string {
+	p, err := neturl.Parse(u)
+	if err != nil {
+		return u // pg.Open names the fault
+	}
+	q := p.Query()
+	q.Set("application_name", app)
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
 type bed struct {
 	pool *pgxpool.Pool
 	// wake tells the relay about a commit, as commerce-api does after each
@@ -552,7 +663,9 @@ func newBed(ctx context.Context, topics *topicSets, bin, dir, name string, env m
 		_ = drop()
 		return nil, err
 	}
-	db, err := pg.Open(ctx, url, pg.Options{})
+	// This program's connections are named, so that the relay's backends
+	// can be told from them.
+	db, err := pg.Open(ctx, withApp(url, benchApp), pg.Options{})
 	if err != nil {
 		dropTopics()
 		_ = drop()
@@ -588,24 +701,24 @@ func newBed(ctx context.Context, topics *topicSets, bin, dir, name string, env m
 	return b, nil
 }
 
-func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin, dir string, o options, payloads []payload, round int) (time.Duration, error) {
+func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin, dir string, o options, payloads []payload, round int) (timed, error) {
 	env := map[string]string{}
 	if o.drainBatch > 0 {
 		env["OUTBOX_RELAY_BATCH_SIZE"] = strconv.Itoa(o.drainBatch)
 	}
 	admin, err := freeAddr()
 	if err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	env["ADMIN_ADDR"] = admin
 	b, err := newBed(ctx, topics, bin, dir, "drain", env)
 	if err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	defer b.close()
 	tx, err := b.pool.Begin(ctx)
 	if err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, outbox.Columns,
@@ -613,14 +726,18 @@ func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin,
 			return payloads[i].entry().Values(), nil
 		}))
 	if err != nil {
-		return 0, fmt.Errorf("fill the outbox: %w", err)
+		return timed{}, fmt.Errorf("fill the outbox: %w", err)
 	}
 	var last int64
 	if err := tx.QueryRow(ctx, `SELECT max(id) FROM outbox`).Scan(&last); err != nil {
-		return 0, err
+		return timed{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return timed{}, err
+	}
+	cpuBefore, err := topics.readCPU(ctx, b.relay.cmd.Process.Pid, b.pool)
+	if err != nil {
+		return timed{}, err
 	}
 	start := time.Now()
 	b.wake.Notify()
@@ -633,21 +750,25 @@ func drainRun(ctx context.Context, reg *events.Registry, topics *topicSets, bin,
 	} else {
 		profiled <- nil
 	}
-	err = waitFor(ctx, 5*time.Minute, time.Millisecond, "the relay to drain the outbox", func() (bool, error) {
+	err = waitFor(ctx, 5*time.Minute, 5*time.Millisecond, "the relay to drain the outbox", func() (bool, error) {
 		cursor, err := outbox.ReadCursor(ctx, b.pool.QueryRow)
 		return cursor >= last, err
 	})
 	elapsed := time.Since(start)
 	if err != nil {
-		return 0, err
+		return timed{}, err
+	}
+	cpuAfter, err := topics.readCPU(ctx, b.relay.cmd.Process.Pid, b.pool)
+	if err != nil {
+		return timed{}, err
 	}
 	if err := <-profiled; err != nil {
 		fmt.Fprintln(os.Stderr, "bench/relay: profile:", err)
 	}
 	if n, err := countRecords(ctx, b.kafka, reg); err != nil || n < int64(len(payloads)) {
-		return 0, fmt.Errorf("kafka holds %d records, want %d (%w)", n, len(payloads), err)
+		return timed{}, fmt.Errorf("kafka holds %d records, want %d (%w)", n, len(payloads), err)
 	}
-	return elapsed, nil
+	return timed{elapsed: elapsed, cpu: cpuAfter.since(cpuBefore, len(topics.pids) > 0)}, nil
 }
 
 // freeAddr returns a loopback address with a port nobody listens on now.
