@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
+	"github.com/loopers/commerce-pipeline/internal/procstat"
 	"github.com/loopers/commerce-pipeline/internal/stack"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
@@ -181,6 +183,7 @@ func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault b
 
 	start := time.Now()
 	res := &soakResult{fault: fault.name, node: "–", start: start}
+	stalled, stallErr := procstat.CPUStalled()
 	stopLoad := l.run(cfg.rate, cfg.workers)
 	t.Cleanup(stopLoad) // a failed test stops its load before its processes
 	var hit *faultHit
@@ -201,7 +204,11 @@ func soak(t *testing.T, c *kafkabroker.Cluster, cfg soakConfig, run int, fault b
 	stopKills() // a consumers process keeps running
 	res.actions = l.actions.Load()
 	res.rate = float64(res.actions) / last.Sub(start).Seconds()
-	t.Logf("%s: %d actions in %.1f s (%.0f/s, %d wanted)", fault.name, res.actions, last.Sub(start).Seconds(), res.rate, cfg.rate)
+	res.pressure = math.NaN()
+	if stalledEnd, err := procstat.CPUStalled(); err == nil && stallErr == nil {
+		res.pressure = (stalledEnd - stalled).Seconds() / last.Sub(start).Seconds()
+	}
+	t.Logf("%s: %d actions in %.1f s (%.0f/s, %d wanted), CPU pressure %s", fault.name, res.actions, last.Sub(start).Seconds(), res.rate, cfg.rate, pressure(res.pressure))
 	if t.Failed() {
 		t.FailNow() // the load's requests failed: what follows would only repeat it
 	}

@@ -232,6 +232,18 @@ type soakResult struct {
 	late             int
 	lateFrom, lateTo time.Time
 	round, proxyGap  time.Duration // the clock's p99 interval; median stamp − created_at
+	// pressure is the share of the load's window during which some runnable
+	// task on the machine waited for a core (/proc/pressure/cpu); NaN where
+	// the kernel does not report it.
+	pressure float64
+}
+
+// pressure formats a share of time waited for a core.
+func pressure(share float64) string {
+	if math.IsNaN(share) {
+		return "not reported"
+	}
+	return fmt.Sprintf("%.0f %%", 100*share)
 }
 
 // measure times every event against the first copy of it read back.
@@ -353,11 +365,11 @@ func soakTable(cfg soakConfig, results []*soakResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak on three brokers: %d actions/s wanted for %s a run, consumers SIGKILLed every 2 s, the leading relay SIGKILLed once, a faulted node down %s\n",
 		cfg.rate, cfg.load, cfg.down)
-	b.WriteString("commit → append in ms, p50 / p99 / max (commit: first seen by the commit clock; append: the broker's LogAppendTime); touched = partitions the faulted node led when hit; relay kill = events not appended at the relay's SIGKILL, committed from 1 s before it until the standby caught up; leader again = fault → every touched partition led again; held = leader again → its rows committed before appended; exact = last request → aggregates equal the oracle\n")
-	b.WriteString("| run | node | actions/s | events | touched | others | relay kill | leader again | held | exact |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("commit → append in ms, p50 / p99 / max (commit: first seen by the commit clock; append: the broker's LogAppendTime); touched = partitions the faulted node led when hit; relay kill = events not appended at the relay's SIGKILL, committed from 1 s before it until the standby caught up; leader again = fault → every touched partition led again; held = leader again → its rows committed before appended; exact = last request → aggregates equal the oracle; CPU pressure = share of the load's time some runnable task waited for a core\n")
+	b.WriteString("| run | node | actions/s | CPU pressure | events | touched | others | relay kill | leader again | held | exact |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %d | %s | %s | %s | %s | %s | %.1f s |\n",
-			r.fault, r.node, r.rate, r.events, r.touched, r.others, r.relayKill, seconds(r.leaderAgain), seconds(r.held), r.exact.Seconds())
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %d | %s | %s | %s | %s | %s | %.1f s |\n",
+			r.fault, r.node, r.rate, pressure(r.pressure), r.events, r.touched, r.others, r.relayKill, seconds(r.leaderAgain), seconds(r.held), r.exact.Seconds())
 	}
 	return b.String()
 }

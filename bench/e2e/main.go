@@ -28,10 +28,12 @@
 // (/proc/pressure/cpu: the share of the time some runnable task waited for a
 // core); then the curve as one table, and as a figure (-png).
 //
-// Before measuring, -warmup of the same load goes to a product of its own,
-// unmeasured, so that the windows see warm processes (above all the
-// broker's JVM, which compiles its hot paths under load). One stack serves
-// every window.
+// Before measuring, the same load goes to a product of its own, unmeasured,
+// for -warmup and then until the brokers' JIT compilers have settled (at
+// most -warmup-max), so that the windows see warm processes: a fresh
+// broker's JVM compiles its hot paths for a minute or two under load, and
+// its compiler threads meanwhile take a core of the machine. One stack
+// serves every window.
 //
 // The hot mode sends the same mixed load to one product (a flash sale),
 // whose end-to-end p99 has a target of its own (< 45 ms), and writes a burst
@@ -104,6 +106,7 @@ type options struct {
 	modes       string
 	warmup      time.Duration
 	warmupRate  int
+	warmupMax   time.Duration
 	png         string
 	pprof       string
 	keep        bool
@@ -130,7 +133,8 @@ func main() {
 	flag.StringVar(&o.tracing, "tracing", "off,0.01,1", "tracing mode: the set-ups to compare, off (the baseline, first) and sampling ratios, each on a fresh stack exporting to a span sink in this process")
 	flag.StringVar(&tracingRates, "tracing-rates", "500,1000", "tracing mode: the request rates each set-up is measured at")
 	flag.IntVar(&o.tracingRounds, "tracing-rounds", 3, "tracing mode: rounds of every set-up, each round starting with the next one; the table gives the median round by CPU per request, and the range")
-	flag.DurationVar(&o.warmup, "warmup", 20*time.Second, "how long to send requests, at -warmup-rate, to a product of its own before measuring (0 skips)")
+	flag.DurationVar(&o.warmup, "warmup", 20*time.Second, "how long at least to send requests, at -warmup-rate, to a product of its own before measuring, and then until the brokers' JIT compilers settle (0 skips)")
+	flag.DurationVar(&o.warmupMax, "warmup-max", 3*time.Minute, "the longest warm-up, settled or not")
 	flag.IntVar(&o.warmupRate, "warmup-rate", 500, "requests per second of the warm-up")
 	flag.StringVar(&o.png, "png", "docs/img/latency-curve.png", "where to draw the curve, relative to the module root unless absolute (empty: no figure)")
 	flag.StringVar(&o.pprof, "pprof", "", "directory to write each service's CPU profile of every window to (empty: none)")
@@ -302,11 +306,8 @@ func runOn(ctx context.Context, o options, kind string, n int, png, root string,
 	if err := b.warmUp(ctx, conn); err != nil {
 		return err
 	}
-	if o.warmup > 0 {
-		fmt.Printf("warm-up: %d requests/s for %s on a product of its own, not measured\n", o.warmupRate, o.warmup)
-		if err := b.warmPipeline(ctx, conn, o.warmupRate, o.warmup); err != nil {
-			return err
-		}
+	if err := b.warm(ctx, conn, o, kb.procs); err != nil {
+		return err
 	}
 	b.probe = &probe{
 		procs:      procs,
@@ -885,6 +886,30 @@ func (b *bench) warmPipeline(ctx context.Context, conn *pgx.Conn, rate int, d ti
 		}
 	})
 	return waitCounts(ctx, conn, products[0], views.Load(), likes.Load(), time.Minute)
+}
+
+// warm sends the warm-up load, unmeasured, for -warmup and until the
+// brokers' JIT compilers have settled (at most -warmup-max).
+func (b *bench) warm(ctx context.Context, conn *pgx.Conn, o options, brokers []proc) error {
+	if o.warmup <= 0 {
+		return nil
+	}
+	pids := make([]int, len(brokers))
+	for i, p := range brokers {
+		pids[i] = p.pid
+	}
+	took, settled, err := benchkit.WarmUp(ctx, pids, o.warmup, max(o.warmup, o.warmupMax), func(ctx context.Context) error {
+		return b.warmPipeline(ctx, conn, o.warmupRate, min(o.warmup, 5*time.Second))
+	})
+	if err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	state := "the brokers' JIT compilers settled"
+	if !settled {
+		state = "the brokers' JIT compilers still busy at -warmup-max"
+	}
+	fmt.Printf("warm-up: %d requests/s on a product of its own for %s, not measured (%s)\n", o.warmupRate, took.Round(time.Second), state)
+	return nil
 }
 
 // waitCounts waits until product shows views and likes.

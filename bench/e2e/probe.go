@@ -7,10 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
+	"github.com/loopers/commerce-pipeline/internal/procstat"
 	"github.com/loopers/commerce-pipeline/internal/stages"
 )
 
@@ -55,28 +53,16 @@ type reading struct {
 // cpuStalled reads the total of /proc/pressure/cpu's "some" line, in
 // seconds, or NaN when the kernel has no pressure stall information.
 func cpuStalled() float64 {
-	b, err := os.ReadFile("/proc/pressure/cpu")
+	d, err := procstat.CPUStalled()
 	if err != nil {
 		return math.NaN()
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.HasPrefix(line, "some ") {
-			continue
-		}
-		for _, f := range strings.Fields(line) {
-			if v, ok := strings.CutPrefix(f, "total="); ok {
-				if us, err := strconv.ParseUint(v, 10, 64); err == nil {
-					return float64(us) / 1e6
-				}
-			}
-		}
-	}
-	return math.NaN()
+	return d.Seconds()
 }
 
 // cpuSeconds is the CPU time (user + system) pid has used so far.
 func cpuSeconds(pid int) (float64, error) {
-	d, err := benchkit.ProcessCPU(pid)
+	d, err := procstat.ProcessCPU(pid)
 	return d.Seconds(), err
 }
 

@@ -227,10 +227,8 @@ func (b *bench) tracedWindows(ctx context.Context, o options, s sampling, sink *
 	if err := b.warmUp(ctx, b.probe.conn); err != nil {
 		return nil, err
 	}
-	if o.warmup > 0 {
-		if err := b.warmPipeline(ctx, b.probe.conn, o.warmupRate, o.warmup); err != nil {
-			return nil, err
-		}
+	if err := b.warm(ctx, b.probe.conn, o, b.probe.brokers); err != nil {
+		return nil, err
 	}
 	var out []tracedWindow
 	for _, rate := range o.tracingRates {

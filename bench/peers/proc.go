@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
+	"github.com/loopers/commerce-pipeline/internal/procstat"
 )
 
 // cpuSample is a process's CPU time at one moment.
@@ -30,7 +30,7 @@ func sampleCPU(pid int) *cpuSampler {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if c, err := benchkit.ProcessCPU(pid); err == nil {
+			if c, err := procstat.ProcessCPU(pid); err == nil {
 				s.samples = append(s.samples, cpuSample{time.Now(), c})
 			}
 			select {
@@ -47,7 +47,7 @@ func sampleCPU(pid int) *cpuSampler {
 func (s *cpuSampler) finish() {
 	close(s.stop)
 	<-s.done
-	if c, err := benchkit.ProcessCPU(s.pid); err == nil {
+	if c, err := procstat.ProcessCPU(s.pid); err == nil {
 		s.samples = append(s.samples, cpuSample{time.Now(), c})
 	}
 }

@@ -22,12 +22,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/loopers/commerce-pipeline/bench/internal/benchkit"
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/kafkabroker"
 	"github.com/loopers/commerce-pipeline/internal/logkey"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/procstat"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
 
@@ -565,20 +565,20 @@ func (a *relayArm) phase(ctx context.Context, p relayPeer, rate, n int) (relayPh
 // cpuSnapshot is the CPU time of the three parties at one moment.
 type cpuSnapshot struct {
 	side, broker time.Duration
-	pg           benchkit.TreeSnapshot
+	pg           procstat.TreeSnapshot
 }
 
 func (a *relayArm) cpuNow(b *bed) (cpuSnapshot, error) {
 	var s cpuSnapshot
 	var err error
-	if s.side, err = benchkit.ProcessCPU(b.cmd.Process.Pid); err != nil {
+	if s.side, err = procstat.ProcessCPU(b.cmd.Process.Pid); err != nil {
 		return s, err
 	}
-	if s.pg, err = benchkit.SnapshotTree(a.pg.pid()); err != nil {
+	if s.pg, err = procstat.SnapshotTree(a.pg.pid()); err != nil {
 		return s, err
 	}
 	for _, node := range a.cluster.Nodes() {
-		c, err := benchkit.ProcessCPU(node.Pid())
+		c, err := procstat.ProcessCPU(node.Pid())
 		if err != nil {
 			return s, err
 		}

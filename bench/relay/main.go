@@ -5,7 +5,9 @@
 // (every topic with three replicas and min.insync.replicas=2, so acks=all
 // waits for a follower, as in production), then on one node, whose figures
 // are printed beside (-nodes chooses). Each run gets topics of its own under
-// a fresh KAFKA_PREFIX on that cluster:
+// a fresh KAFKA_PREFIX on that cluster. A fresh cluster first takes records,
+// unmeasured, for -warmup and until its JIT compilers settle: cold, the
+// brokers' compiler threads take a core from whichever side runs first.
 //
 //  1. drain: -rows outbox rows (100,000) committed at once, published by the
 //     relay with its shipped defaults (-drain-batch overrides the batch size,
@@ -66,6 +68,7 @@ import (
 	"github.com/loopers/commerce-pipeline/internal/kafka"
 	"github.com/loopers/commerce-pipeline/internal/outbox"
 	"github.com/loopers/commerce-pipeline/internal/pg"
+	"github.com/loopers/commerce-pipeline/internal/procstat"
 	"github.com/loopers/commerce-pipeline/internal/testenv"
 	"github.com/loopers/commerce-pipeline/pkg/events"
 )
@@ -80,6 +83,7 @@ type options struct {
 	rounds     int
 	pprof      string
 	pprofSecs  int
+	warmup     time.Duration
 }
 
 func main() {
@@ -93,6 +97,7 @@ func main() {
 	flag.StringVar(&o.pprof, "pprof", "", "directory to write the relay's CPU profile of each drain to, taken from its commit for -pprof-seconds (size -rows to last longer)")
 	flag.IntVar(&o.pprofSecs, "pprof-seconds", 2, "how long each drain's profile runs")
 	flag.IntVar(&o.rounds, "rounds", 3, "drain runs of each side, alternating; the fastest of each is reported (the machine is shared)")
+	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "on Apache Kafka, how long at least the brokers take records, unmeasured, before the first round, and then until their JIT compilers settle (0 skips)")
 	flag.Parse()
 	if err := run(o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/relay:", err)
@@ -169,6 +174,20 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		}
 	}
 
+	if kind == devkafka.Real && o.warmup > 0 {
+		took, settled, dropWarm, err := warmBrokers(ctx, reg, topics, payloads, o.warmup)
+		if err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		// Deleted after the measurements: a deletion's work on the brokers
+		// would fall into them.
+		defer dropWarm()
+		state := "their JIT compilers settled"
+		if !settled {
+			state = "their JIT compilers still busy after " + warmupMax.String()
+		}
+		fmt.Fprintf(out, "warm-up: the brokers took %d records/s for %s, not measured (%s)\n", warmupRate, took.Round(time.Second), state)
+	}
 	var baseline, drain timed
 	var baselineMapped, saramaBase time.Duration
 	for round := range max(1, o.rounds) {
@@ -235,6 +254,63 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 	return w.Flush()
 }
 
+// The warm-up's pace and longest run.
+const (
+	warmupRate = 5000
+	warmupMax  = 3 * time.Minute
+)
+
+// warmBrokers sends the payloads' records with the relay's producer
+// options, at warmupRate, to topics of their own, for at least least and
+// until the brokers' JIT compilers have settled (benchkit.WarmUp); drop
+// deletes those topics. Cold, the first side measured would pay for the
+// compiling.
+func warmBrokers(ctx context.Context, reg *events.Registry, topics *topicSets, payloads []payload, least time.Duration) (took time.Duration, settled bool, drop func(), err error) {
+	k, drop, err := topics.next(ctx, "warmup")
+	if err != nil {
+		return 0, false, nil, err
+	}
+	defer func() {
+		if err != nil {
+			drop()
+		}
+	}()
+	cl, err := kgo.NewClient(k.ProducerOptions("bench-warmup", sendTimeout)...)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	defer cl.Close()
+	msgs, err := mapAll(ctx, reg, k, payloads)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		if recs[i], err = toRecord(m); err != nil {
+			return 0, false, nil, err
+		}
+	}
+	next := 0
+	const tick = 100 * time.Millisecond
+	step := func(ctx context.Context) error {
+		for range 5 * time.Second / tick {
+			began := time.Now()
+			batch := make([]*kgo.Record, warmupRate*int(tick)/int(time.Second))
+			for i := range batch {
+				r := *recs[next%len(recs)] // a copy: the producer fills in its own fields
+				batch[i], next = &r, next+1
+			}
+			if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+				return err
+			}
+			time.Sleep(tick - time.Since(began))
+		}
+		return nil
+	}
+	took, settled, err = benchkit.WarmUp(ctx, topics.pids, least, max(least, warmupMax), step)
+	return took, settled, drop, err
+}
+
 // timed is one run: how long it took and the CPU it cost.
 type timed struct {
 	elapsed time.Duration
@@ -274,11 +350,11 @@ const benchApp = "bench-relay"
 func (t *topicSets) readCPU(ctx context.Context, side int, pool *pgxpool.Pool) (cpuReading, error) {
 	var r cpuReading
 	var err error
-	if r.side, err = benchkit.ProcessCPU(side); err != nil {
+	if r.side, err = procstat.ProcessCPU(side); err != nil {
 		return r, err
 	}
 	for _, pid := range t.pids {
-		c, err := benchkit.ProcessCPU(pid)
+		c, err := procstat.ProcessCPU(pid)
 		if err != nil {
 			return r, err
 		}

@@ -1,6 +1,7 @@
-package benchkit
+package procstat
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -89,5 +90,45 @@ func TestTreeSkipsALiveChild(t *testing.T) {
 	all, skipped := after.Since(before, nil), after.Since(before, map[int]bool{child.Process.Pid: true})
 	if all-skipped < 150*time.Millisecond {
 		t.Errorf("Since = %s, skipping the child %s: the child's spin is not told apart", all, skipped)
+	}
+}
+
+// TestCPUStalledGrows: with more spinning processes than cores, some
+// runnable task waits for a core, and the stall total grows.
+//
+//nolint:paralleltest // its children, reaped at the end, would count in another test's tree
+func TestCPUStalledGrows(t *testing.T) {
+	before, err := CPUStalled()
+	if errors.Is(err, ErrNoPressure) {
+		t.Skip("this kernel reports no CPU pressure:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spinners []*exec.Cmd
+	defer func() {
+		for _, c := range spinners {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	for range runtime.NumCPU() + 2 {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		spinners = append(spinners, c)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		now, err := CPUStalled()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now-before >= 50*time.Millisecond {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stall total grew %s in a minute of %d spinners on %d cores", now-before, len(spinners), runtime.NumCPU())
+		}
 	}
 }
