@@ -29,7 +29,7 @@ func TestDrawCurve(t *testing.T) {
 		{target: 1000, achieved: 600, latencies: lat(40*time.Millisecond, 900*time.Millisecond), cost: cost{perKPipeline: 0.7, perKBroker: 0.1}},
 	}
 	path := filepath.Join(t.TempDir(), "img", "curve.png")
-	if err := drawCurve(path, "Apache Kafka 4.3.1, 20s per rate", points); err != nil {
+	if err := drawCurve(path, "Apache Kafka 4.3.1, 20s per rate", points, targetFor(3)); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(path)
