@@ -9,7 +9,11 @@
 // unmeasured, for -warmup and until its JIT compilers settle: cold, the
 // brokers' compiler threads take a core from whichever side runs first.
 //
-//  1. drain: -rows outbox rows (100,000) committed at once, published by the
+//  1. latency: commit of an outbox row to its record being readable in
+//     Kafka, at -rate rows/s (500) for -duration, each commit followed by the
+//     relay's wake-up as commerce-api sends it; first, before the drains,
+//     whose topics' deletion would fall into it;
+//  2. drain: -rows outbox rows (100,000) committed at once, published by the
 //     relay with its shipped defaults (-drain-batch overrides the batch size,
 //     and the table says so), against the raw producer the relay wraps, on
 //     the same cluster: a franz-go client with the relay's own producer
@@ -20,10 +24,7 @@
 //     reported, with the CPU it cost per 1,000 events (from /proc): the
 //     producing process (the relay, or this program for the baseline), the
 //     PostgreSQL backends serving the relay, and the brokers. On a machine
-//     whose cores the brokers share, that cost is what bounds a drain;
-//  2. latency: commit of an outbox row to its record being readable in
-//     Kafka, at -rate rows/s (500) for -duration, each commit followed by the
-//     relay's wake-up as commerce-api sends it.
+//     whose cores the brokers share, that cost is what bounds a drain.
 //
 // It runs the real service binary (built into a temporary directory), so the
 // numbers include everything the deployed relay does. Each table's first
@@ -188,6 +189,13 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		}
 		fmt.Fprintf(out, "warm-up: the brokers took %d records/s for %s, not measured (%s)\n", warmupRate, took.Round(time.Second), state)
 	}
+	// The latency first, on the warm cluster: the drains' topics are
+	// deleted as they end, and the brokers' work on that (a minute later,
+	// file.delete.delay.ms) would fall into it.
+	lat, err := latencyRun(ctx, reg, topics, bin, dir, o)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
 	var baseline, drain timed
 	var baselineMapped, saramaBase time.Duration
 	for round := range max(1, o.rounds) {
@@ -205,10 +213,6 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		}
 		baseline, drain = fastestRun(baseline, b), fastestRun(drain, d)
 		baselineMapped, saramaBase = fastest(baselineMapped, bm), fastest(saramaBase, sb)
-	}
-	lat, err := latencyRun(ctx, reg, topics, bin, dir, o)
-	if err != nil {
-		return fmt.Errorf("latency: %w", err)
 	}
 
 	drainRate := float64(o.rows) / drain.elapsed.Seconds()
