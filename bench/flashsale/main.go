@@ -66,7 +66,7 @@ func main() {
 	flag.IntVar(&o.likes, "likes", 3000, "new likes per load, interleaved with the views")
 	flag.IntVar(&o.products, "products", 100, "products the spread load goes to")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; the loads alternate which goes first")
-	flag.IntVar(&o.warmup, "warmup", 3000, "requests of the same mix, spread, before measuring (0 skips)")
+	flag.IntVar(&o.warmup, "warmup", 3000, "requests of the same mix, spread, per warm-up round before measuring; rounds go on until the brokers' JIT compilers settle (0 skips)")
 	flag.DurationVar(&o.current, "current-within", 2*time.Minute, "how long the aggregates may take to be current after a load")
 	flag.StringVar(&o.nodes, "nodes", benchkit.DefaultNodes, "cluster sizes to run on, in turn, each a fresh cluster and stack (KAFKA=real): three nodes, one node's figures beside")
 	flag.Parse()
@@ -173,15 +173,29 @@ func runOn(ctx context.Context, o options, kind string, n int, bins *stack.Binar
 		return fmt.Errorf("first view: %w", err)
 	}
 	if o.warmup > 0 {
-		warm, err := b.newProducts(ctx, o.products, "warm-up")
-		if err != nil {
-			return err
-		}
 		views := o.warmup * o.views / (o.views + o.likes)
-		fmt.Fprintf(os.Stderr, "warm-up: %d requests over %d products, not measured\n", o.warmup, o.products)
-		if _, err := b.load(ctx, warm, views, o.warmup-views, "warm"); err != nil {
+		// Rounds of -warmup requests until the brokers' JIT compilers have
+		// settled (benchkit.WarmUp): cold, they take a core from the first
+		// round measured.
+		var pids []int
+		if kb.Cluster != nil {
+			for _, node := range kb.Cluster.Nodes() {
+				pids = append(pids, node.Pid())
+			}
+		}
+		took, settled, err := benchkit.WarmUp(ctx, pids, 0, 3*time.Minute, func(ctx context.Context) error {
+			// Products of its own each round: a round checks what it sent.
+			warm, err := b.newProducts(ctx, o.products, "warm-up")
+			if err != nil {
+				return err
+			}
+			_, err = b.load(ctx, warm, views, o.warmup-views, "warm")
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
+		fmt.Fprintf(os.Stderr, "warm-up: rounds of %d requests over %d products for %s, not measured (the brokers' JIT compilers settled: %v)\n", o.warmup, o.products, took.Round(time.Second), settled)
 	}
 
 	hot := &side{name: "one product (flash sale)"}
