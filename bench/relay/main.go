@@ -197,7 +197,7 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 		return fmt.Errorf("latency: %w", err)
 	}
 	var baseline, drain timed
-	var baselineMapped, saramaBase time.Duration
+	var baselineMapped, saramaBase timed // their CPU is not read
 	for round := range max(1, o.rounds) {
 		b, bm, err := rawProducer(ctx, reg, topics, payloads)
 		if err != nil {
@@ -212,7 +212,7 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 			return fmt.Errorf("drain: %w", err)
 		}
 		baseline, drain = fastestRun(baseline, b), fastestRun(drain, d)
-		baselineMapped, saramaBase = fastest(baselineMapped, bm), fastest(saramaBase, sb)
+		baselineMapped, saramaBase = fastestRun(baselineMapped, timed{elapsed: bm}), fastestRun(saramaBase, timed{elapsed: sb})
 	}
 
 	drainRate := float64(o.rows) / drain.elapsed.Seconds()
@@ -246,12 +246,12 @@ func runOn(ctx context.Context, o options, kind string, n int, reg *events.Regis
 			perK(baseline.cpu.side), perK(baseline.cpu.brokers), perK(baseline.cpu.total()),
 			drain.cpu.total().Seconds()/baseline.cpu.total().Seconds())
 	}
-	mappedRate := float64(o.rows) / baselineMapped.Seconds()
+	mappedRate := float64(o.rows) / baselineMapped.elapsed.Seconds()
 	fmt.Fprintf(w, "  same, baseline incl. the SDK's CloudEvents mapping\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
-		drainRate, drain.elapsed.Round(time.Millisecond), mappedRate, baselineMapped.Round(time.Millisecond), drainRate/mappedRate)
-	saramaRate := float64(o.rows) / saramaBase.Seconds()
+		drainRate, drain.elapsed.Round(time.Millisecond), mappedRate, baselineMapped.elapsed.Round(time.Millisecond), drainRate/mappedRate)
+	saramaRate := float64(o.rows) / saramaBase.elapsed.Seconds()
 	fmt.Fprintf(w, "  same, baseline: raw sarama async producer (the relay's before)\t%.0f (%s)\t%.0f (%s)\t%.2f\t(for reference)\t-\n",
-		drainRate, drain.elapsed.Round(time.Millisecond), saramaRate, saramaBase.Round(time.Millisecond), drainRate/saramaRate)
+		drainRate, drain.elapsed.Round(time.Millisecond), saramaRate, saramaBase.elapsed.Round(time.Millisecond), drainRate/saramaRate)
 	fmt.Fprintf(w, "commit → Kafka latency p50\t%s\t-\t-\t-\t-\n", lat.p50.Round(10*time.Microsecond))
 	fmt.Fprintf(w, "commit → Kafka latency p99\t%s\t-\t-\t≤ 50ms\t%s\n", lat.p99.Round(10*time.Microsecond), verdict(lat.p99 <= 50*time.Millisecond))
 	fmt.Fprintf(w, "commit → Kafka latency max\t%s\t-\t-\t-\t-\n", lat.max.Round(10*time.Microsecond))
@@ -284,15 +284,9 @@ func warmBrokers(ctx context.Context, reg *events.Registry, topics *topicSets, p
 		return 0, false, nil, err
 	}
 	defer cl.Close()
-	msgs, err := mapAll(ctx, reg, k, payloads)
+	recs, err := recordsOf(ctx, reg, k, payloads)
 	if err != nil {
 		return 0, false, nil, err
-	}
-	recs := make([]*kgo.Record, len(msgs))
-	for i, m := range msgs {
-		if recs[i], err = toRecord(m); err != nil {
-			return 0, false, nil, err
-		}
 	}
 	next := 0
 	const tick = 100 * time.Millisecond
@@ -382,14 +376,6 @@ func (r cpuReading) since(before cpuReading, measured bool) cpuUse {
 		u.postgres += c - before.backends[pid]
 	}
 	return u
-}
-
-// fastest returns the shorter of two durations, a zero one counting as none.
-func fastest(a, b time.Duration) time.Duration {
-	if a == 0 {
-		return b
-	}
-	return min(a, b)
 }
 
 // payload is one event as the outbox stores it.
@@ -489,15 +475,9 @@ func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, p
 	}
 
 	mapStart := time.Now()
-	msgs, err := mapAll(ctx, reg, k, payloads)
+	recs, err := recordsOf(ctx, reg, k, payloads)
 	if err != nil {
 		return timed{}, 0, err
-	}
-	recs := make([]*kgo.Record, len(msgs))
-	for i, m := range msgs {
-		if recs[i], err = toRecord(m); err != nil {
-			return timed{}, 0, err
-		}
 	}
 	mapping := time.Since(mapStart)
 	cpuBefore, err := topics.readCPU(ctx, os.Getpid(), nil)
@@ -532,6 +512,22 @@ func rawProducer(ctx context.Context, reg *events.Registry, topics *topicSets, p
 	}
 	send.cpu = cpuAfter.since(cpuBefore, len(topics.pids) > 0)
 	return send, mapping + send.elapsed, nil
+}
+
+// recordsOf maps payloads to the franz-go records the relay would send
+// to k's topics.
+func recordsOf(ctx context.Context, reg *events.Registry, k kafka.Settings, payloads []payload) ([]*kgo.Record, error) {
+	msgs, err := mapAll(ctx, reg, k, payloads)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		if recs[i], err = toRecord(m); err != nil {
+			return nil, err
+		}
+	}
+	return recs, nil
 }
 
 // toRecord is the franz-go record of a sarama message: the same topic, key,

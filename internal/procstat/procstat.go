@@ -37,11 +37,11 @@ type ProcStat struct {
 
 // ReadStat reads /proc/<pid>/stat.
 func ReadStat(pid int) (ProcStat, error) {
-	return readStatFile(fmt.Sprintf("/proc/%d/stat", pid), pid)
+	return readStatFile(fmt.Sprintf("/proc/%d/stat", pid))
 }
 
 // readStatFile reads a process's or a thread's stat file.
-func readStatFile(path string, pid int) (ProcStat, error) {
+func readStatFile(path string) (ProcStat, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ProcStat{}, err
@@ -51,19 +51,19 @@ func readStatFile(path string, pid int) (ProcStat, error) {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return ProcStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return ProcStat{}, fmt.Errorf("%s: no command name", path)
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state): ppid is field 4, utime 14, stime 15, cutime
 	// 16, cstime 17.
 	if len(f) < 15 {
-		return ProcStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return ProcStat{}, fmt.Errorf("%s: %d fields", path, len(f))
 	}
 	var bad error
 	n := func(field int) int64 {
 		v, err := strconv.ParseInt(f[field-3], 10, 64)
 		if err != nil && bad == nil {
-			bad = fmt.Errorf("/proc/%d/stat: field %d: %w", pid, field, err)
+			bad = fmt.Errorf("%s: field %d: %w", path, field, err)
 		}
 		return v
 	}
@@ -182,11 +182,7 @@ func ThreadsCPU(pid int, prefixes ...string) (time.Duration, error) {
 		if !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			continue
 		}
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil {
-			continue
-		}
-		s, err := readStatFile(fmt.Sprintf("%s/%d/stat", dir, tid), tid)
+		s, err := readStatFile(filepath.Join(dir, task.Name(), "stat"))
 		if err != nil {
 			continue // exited meanwhile
 		}

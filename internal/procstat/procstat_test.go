@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,5 +131,35 @@ func TestCPUStalledGrows(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the stall total grew %s in a minute of %d spinners on %d cores", now-before, len(spinners), runtime.NumCPU())
 		}
+	}
+}
+
+// TestThreadsCPU: the threads are chosen by their name's prefix; this
+// process's threads carry its name, and none is named like a JIT compiler
+// (ThreadsCPU's case on the brokers).
+func TestThreadsCPU(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimSpace(string(comm))
+	// Spin until the threads named like this process have used 30 ms,
+	// however busy the machine: they are found and their times read.
+	prefix := name[:min(len(name), 4)]
+	var own time.Duration
+	for deadline := time.Now().Add(time.Minute); own < 30*time.Millisecond; {
+		if own, err = ThreadsCPU(os.Getpid(), prefix); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("threads named %q used %s in a minute of spinning", name, own)
+		}
+	}
+	if none, err := ThreadsCPU(os.Getpid(), "C2 CompilerThre"); err != nil || none != 0 {
+		t.Errorf("threads named like a JIT compiler used %s (%v), want none", none, err)
 	}
 }
